@@ -153,7 +153,7 @@ class TorchRunner:
             self.cross = self.model.encode(self.feats, self.mask, *self.extra)
 
     def decode(self):
-        from edgecap.runtime.beam import beam_search
+        from edgecap.contract.beam import beam_search
 
         cfg = self.model.cfg
         rows = self.feats.shape[0] * self.beam
@@ -179,7 +179,7 @@ class BundleRunner:
 
 def export_bundle(model, name, batch, beam, precision, engine, workdir: Path, threads):
     """Export the same weights as a bundle; returns (Bundle, None) or (None, reason)."""
-    from edgecap.data.vocab import Vocab
+    from edgecap.contract.vocab import Vocab
     from edgecap.errors import EdgecapError
     from edgecap.export.bundle import export_bundle as export
     from edgecap.export.formats import resolve_settings
@@ -203,7 +203,7 @@ def export_bundle(model, name, batch, beam, precision, engine, workdir: Path, th
 
 
 def run_setting(s: Setting, model, args, workdir: Path, bound: dict, retrieval: RetrievalTimer | None) -> dict:
-    from edgecap.runtime.beam import DecodeOptions
+    from edgecap.contract.beam import DecodeOptions
 
     row = {"model": s.model, "backend": s.backend, "batch": s.batch, "beam": s.beam}
     options = DecodeOptions(beam_size=s.beam, max_len=model.cfg.max_len, stop_at_eos=args.stop_at_eos)

@@ -53,7 +53,7 @@ def make_video(workdir: Path, frames: int, fps: float) -> Path:
 def make_bundle(args, workdir: Path) -> Path:
     if args.bundle:
         return Path(args.bundle)
-    from edgecap.runtime.demo_command import demo_checkpoint, ensure_bundle
+    from edgecap.export.demo_command import demo_checkpoint, ensure_bundle
 
     checkpoint = Path(args.checkpoint) if args.checkpoint else demo_checkpoint()
     return ensure_bundle(checkpoint, workdir / "export", beam=args.beam, log=lambda msg: print(msg, flush=True))

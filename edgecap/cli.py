@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("edgecap.train.command", "train a captioner from a TOML config: XE then SCST, resumable, DDP under torchrun"),
     "eval": ("edgecap.metrics.command", "evaluate captions: ACVR object coverage, COCO metrics, CHAIR"),
     "run": ("edgecap.runtime.command", "caption a camera, stream, video, folder or synth:// with a bundle (no torch)"),
-    "demo": ("edgecap.runtime.demo_command", "export the demo model and caption the synthetic world live"),
+    "demo": ("edgecap.export.demo_command", "export the demo model and caption the synthetic world live"),
     "features": ("edgecap.data.features_command", "precompute open_clip grid features into HDF5 (M2 layout)"),
     "import-m2": ("edgecap.models.import_m2_command", "convert an official M2 Transformer checkpoint to edgecap"),
     "index": ("edgecap.retrieval.command", "build the RA-Transformer caption retrieval index (FAISS)"),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from edgecap.data.vocab import Vocab
+from edgecap.contract.vocab import Vocab
 from edgecap.export.bundle import export_bundle
 from edgecap.export.formats import resolve_settings
 from edgecap.models import build

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from edgecap.runtime.beam import beam_search
+from edgecap.contract.beam import beam_search
 from edgecap.runtime.sources import BadFrame, Captured, EndOfStream, Source, StreamLost
 
 WORDS = ["<pad>", "<bos>", "<eos>", "<unk>", "a", "red", "green", "blue", "cup", "bottle", "scene"]

@@ -9,7 +9,7 @@ from edgecap.errors import EdgecapError
 from edgecap.models import build, preset_config
 from edgecap.models.attention.clustering import accumulate, log_cluster
 from edgecap.models.decoding import generate
-from edgecap.runtime.beam import DecodeOptions
+from edgecap.contract.beam import DecodeOptions
 from tests.conftest import random_batch, teacher_forcing_losses
 
 
@@ -156,8 +156,8 @@ def test_trains_on_the_synthetic_world(tmp_path):
 
     from edgecap.data.karpathy import load_karpathy
     from edgecap.data.synth.dataset import generate_dataset
-    from edgecap.data.vocab import Vocab
-    from edgecap.runtime.preprocess import preprocess
+    from edgecap.contract.vocab import Vocab
+    from edgecap.contract.preprocess import preprocess
 
     torch.set_num_threads(1)
     world = tmp_path / "synth"
@@ -195,7 +195,7 @@ def test_exports_without_cumprod_and_carries_the_clustering_state(tmp_path, run_
 
     import onnx
 
-    from edgecap.data.vocab import Vocab
+    from edgecap.contract.vocab import Vocab
     from edgecap.models.checkpoint import save_checkpoint
 
     torch.set_num_threads(1)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from edgecap.runtime.beam import DecodeOptions, beam_search
+from edgecap.contract.beam import DecodeOptions, beam_search
 
 BOS, EOS, PAD = 1, 2, 0
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgecap.data.vocab import Vocab
+from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
 from edgecap.models import build
 from edgecap.models.checkpoint import load_checkpoint, save_checkpoint

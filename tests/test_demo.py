@@ -25,7 +25,7 @@ def _demo(run_cli, ckpt, out, *extra):
 def test_demo_exports_once_and_writes_its_outputs(tiny_ckpt, tmp_path, run_cli, monkeypatch):
     import torch
 
-    from edgecap.runtime import demo_command
+    from edgecap.export import demo_command
 
     torch.set_num_threads(1)
     out = tmp_path / "demo-out"
@@ -61,7 +61,7 @@ def test_demo_exports_once_and_writes_its_outputs(tiny_ckpt, tmp_path, run_cli, 
 
 
 def test_demo_names_a_missing_checkpoint(tmp_path, run_cli, monkeypatch):
-    from edgecap.runtime import demo_command
+    from edgecap.export import demo_command
 
     code, _, stderr = run_cli("demo", "--checkpoint", tmp_path / "nope.pt", "--out", tmp_path)
     assert code == 1 and "nope.pt does not exist" in stderr

@@ -38,3 +38,42 @@ def test_cli_help_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+# Every import statement, including those inside functions: a lazy import of the torch side
+# from the runtime still makes a robot install torch for that code path.
+FORBIDDEN = {
+    "edgecap/runtime": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export"),
+    "edgecap/metrics": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export"),
+    "edgecap/contract": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export",
+                         "edgecap.runtime", "edgecap.data", "edgecap.metrics", "edgecap.retrieval"),
+}
+
+
+def _imported_modules(path):
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the module's package
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                yield f"{base}.{node.module}" if node.module else base
+            else:
+                yield node.module
+
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("folder", sorted(FORBIDDEN))
+def test_no_import_anywhere_in_the_robot_side_reaches_the_torch_side(folder):
+    bad = []
+    for path in sorted((REPO / folder).rglob("*.py")):
+        for name in _imported_modules(path):
+            if any(name == f or name.startswith(f + ".") for f in FORBIDDEN[folder]):
+                bad.append(f"{path.relative_to(REPO)} imports {name}")
+    assert bad == []

@@ -14,7 +14,7 @@ from edgecap.export.specs import spec_for
 from edgecap.models import list_models
 from edgecap.models.checkpoint import load_checkpoint
 from edgecap.models.decoding import generate
-from edgecap.runtime.beam import DecodeOptions
+from edgecap.contract.beam import DecodeOptions
 from edgecap.runtime.manifest import load_manifest
 from tests._export_util import BATCH, BEAM, CNN, export, save_tiny
 
@@ -82,7 +82,7 @@ def test_updown_step_graph_records_the_inputs_it_really_has(bundles):
 RUNTIME_PROBE = r"""
 import json, sys
 import numpy as np
-from edgecap.runtime.beam import DecodeOptions
+from edgecap.contract.beam import DecodeOptions
 from edgecap.runtime.session import Bundle
 out = {}
 for name, path, npz in json.loads(sys.argv[1]):

@@ -121,7 +121,7 @@ def test_extract_writes_the_backbone_tokens_for_every_image(backbone, dataset, t
     import cv2
 
     from edgecap.models.pretrained import grid_tokens, load_open_clip_visual
-    from edgecap.runtime.preprocess import preprocess
+    from edgecap.contract.preprocess import preprocess
 
     out = tmp_path / "feats.h5"
     code, stdout, stderr = run_cli(*extract_args(backbone, dataset, out))

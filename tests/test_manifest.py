@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from edgecap.errors import EdgecapError
-from edgecap.runtime.beam import DecodeOptions
+from edgecap.contract.beam import DecodeOptions
 from edgecap.runtime.manifest import FORMAT_VERSION, ManifestError, load_manifest
 from edgecap.runtime.session import Bundle
 from tests._export_util import BATCH, BEAM, export, save_tiny

@@ -132,7 +132,7 @@ def test_open_clip_front_end_in_a_captioner(tiny, tmp_path):
         logprobs = model(feats, mask, tokens)
     assert logprobs.shape == (2, 3, cfg.vocab_size)
     # The checkpoint carries the backbone weights; loading rebuilds the same front end.
-    from edgecap.data.vocab import Vocab
+    from edgecap.contract.vocab import Vocab
 
     vocab = Vocab(["<pad>", "<bos>", "<eos>", "<unk>"] + [f"w{i}" for i in range(cfg.vocab_size - 4)])
     path = save_checkpoint(tmp_path / "clip_smart.pt", model, vocab)

@@ -7,7 +7,7 @@ import torch
 from edgecap.errors import EdgecapError
 from edgecap.models import build, preset_config
 from edgecap.models.decoding import generate
-from edgecap.runtime.beam import DecodeOptions
+from edgecap.contract.beam import DecodeOptions
 from tests.conftest import random_batch, teacher_forcing_losses
 
 K, LM = 3, 5
@@ -130,10 +130,10 @@ def test_trains_on_the_synthetic_world_with_retrieval(tmp_path, run_cli):
 
     from edgecap.data.karpathy import load_karpathy
     from edgecap.data.synth.dataset import generate_dataset
-    from edgecap.data.vocab import Vocab
+    from edgecap.contract.vocab import Vocab
     from edgecap.models.checkpoint import save_checkpoint
     from edgecap.retrieval import CaptionIndex, RetrievalMemory
-    from edgecap.runtime.preprocess import preprocess
+    from edgecap.contract.preprocess import preprocess
 
     torch.set_num_threads(1)
     world = tmp_path / "synth"
@@ -186,7 +186,7 @@ def test_trains_on_the_synthetic_world_with_retrieval(tmp_path, run_cli):
 PROBE = r"""
 import json, sys
 import numpy as np
-from edgecap.runtime.beam import DecodeOptions
+from edgecap.contract.beam import DecodeOptions
 from tests.conftest import random_batch
 from edgecap.runtime.session import Bundle
 bundle = Bundle.load(sys.argv[1])
@@ -210,10 +210,10 @@ def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_pa
 
     from edgecap.data.karpathy import load_karpathy
     from edgecap.data.synth.dataset import generate_dataset
-    from edgecap.data.vocab import Vocab
+    from edgecap.contract.vocab import Vocab
     from edgecap.models.checkpoint import save_checkpoint
     from edgecap.retrieval import CaptionIndex, RetrievalMemory, image_embeddings
-    from edgecap.runtime.preprocess import preprocess
+    from edgecap.contract.preprocess import preprocess
 
     torch.set_num_threads(1)
     world = tmp_path / "synth"

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from edgecap.runtime.captioner import Captioner  # noqa: E402
-from edgecap.runtime.preprocess import preprocess  # noqa: E402
+from edgecap.contract.preprocess import preprocess  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # Non-default preprocessing on purpose: a manifest that dropped the resize filter, channel order
@@ -73,7 +73,7 @@ def test_runtime_preprocessing_equals_the_checkpoints_visual_config(tiny):
 def test_numpy_runtime_captions_are_token_identical_to_pytorch(tiny, beam):
     from edgecap.models.checkpoint import load_checkpoint
     from edgecap.models.decoding import generate
-    from edgecap.runtime.beam import DecodeOptions
+    from edgecap.contract.beam import DecodeOptions
 
     ckpt_path, bundle = tiny
     ckpt = load_checkpoint(ckpt_path)
@@ -267,7 +267,7 @@ def test_video_overlay_highlights_mentioned_objects():
 
 
 def test_decoding_reuses_its_buffers_across_frames_without_leaking_state(tiny):
-    from edgecap.runtime.beam import DecodeOptions
+    from edgecap.contract.beam import DecodeOptions
     from edgecap.runtime.session import Bundle
 
     _, bundle_dir = tiny

@@ -14,7 +14,7 @@ from edgecap.runtime.camera import FrameGrabber
 from edgecap.runtime.captioner import Captioner
 from edgecap.runtime.command import RunSettings, execute
 from edgecap.runtime.loop import BeamGovernor, LoopOptions, run_loop
-from edgecap.runtime.preprocess import preprocess
+from edgecap.contract.preprocess import preprocess
 from edgecap.runtime.records import Summary
 from edgecap.runtime.scoring import COVERAGE_OFF, CoverageAnnotator
 

@@ -61,8 +61,8 @@ def test_rat_trains_from_the_cli_with_its_index_and_exports_a_bundle_that_captio
     from edgecap.models.decoding import generate
     from edgecap.retrieval import CaptionIndex
     from edgecap.retrieval.command import visual_fingerprint
-    from edgecap.runtime.beam import DecodeOptions
-    from edgecap.runtime.preprocess import preprocess
+    from edgecap.contract.beam import DecodeOptions
+    from edgecap.contract.preprocess import preprocess
     from edgecap.runtime.session import Bundle
     from edgecap.train.retrieval import TrainingRetrieval
 

@@ -9,7 +9,7 @@ from _train_tiny import tiny_config
 from conftest import tiny_overrides
 
 from edgecap.data.datasets import Batch
-from edgecap.data.vocab import Vocab
+from edgecap.contract.vocab import Vocab
 from edgecap.metrics.ciderd import CiderD
 from edgecap.models import build
 from edgecap.train.loop import Trainer

@@ -9,7 +9,7 @@ from _train_tiny import tiny_config
 
 from edgecap.data.datasets import CaptionDataset, EpochBatchSampler, ImageSource, collate
 from edgecap.data.karpathy import load_karpathy
-from edgecap.data.vocab import Vocab
+from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
 from edgecap.train.loop import Trainer
 from edgecap.train.xe import xe_loss
@@ -40,7 +40,7 @@ def test_batches_carry_every_caption_and_preprocess_like_the_runtime(world):
     import cv2
 
     from edgecap.models import preset_config
-    from edgecap.runtime.preprocess import preprocess
+    from edgecap.contract.preprocess import preprocess
 
     splits = load_karpathy(world / "dataset_coco.json", world / "images")
     vocab = Vocab.build((c for im in splits.train for c in im.captions), min_count=1)

@@ -6,7 +6,7 @@ trainer runs the visual front end and encoder once per image and expands the cro
 the caption rows, so an epoch still trains on every (image, caption) pair, as the M2 code does,
 at a fifth of the encoder cost.
 
-Images go through `edgecap.runtime.preprocess.preprocess`, the function the exported bundle
+Images go through `edgecap.contract.preprocess.preprocess`, the function the exported bundle
 and the runtime use, so training and the robot see identical tensors. The only augmentation
 (`augment="shift"`) translates the image by a few pixels with replicated borders: it keeps
 colours (captions name them), left/right (captions say "to the left of") and day/night.
@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from edgecap.data.karpathy import KarpathyImage
-from edgecap.data.vocab import Vocab
+from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
 
 AUGMENTATIONS = ("none", "shift")
@@ -63,7 +63,7 @@ class ImageSource:
         return image
 
     def load(self, item: KarpathyImage, rng: np.random.Generator | None):
-        from edgecap.runtime.preprocess import preprocess
+        from edgecap.contract.preprocess import preprocess
 
         v = self.visual
         x = preprocess(self._read(item), v.image_size, mean=v.mean, std=v.std, resize=v.resize,

@@ -78,7 +78,7 @@ def read_split_images(split_file: str | Path, images: str | Path, splits: set[st
 def _load_image(item: ImageItem, prep):
     import cv2
 
-    from edgecap.runtime.preprocess import preprocess
+    from edgecap.contract.preprocess import preprocess
 
     image = cv2.imread(str(item.path), cv2.IMREAD_COLOR)
     if image is None:

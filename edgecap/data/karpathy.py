@@ -8,7 +8,7 @@ The file lists every image once:
 
 `restval` (the 30k COCO-val images not in Karpathy's val/test) is folded into `train`, as
 every captioning paper since Karpathy & Fei-Fei does. Captions are re-tokenised with
-`edgecap.data.vocab.tokenize` (lower-case, punctuation stripped) from the `tokens` field (or
+`edgecap.contract.vocab.tokenize` (lower-case, punctuation stripped) from the `tokens` field (or
 `raw` when tokens are absent), so training, SCST rewards and evaluation see the same words.
 """
 
@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgecap.data.vocab import tokenize
+from edgecap.contract.vocab import tokenize
 from edgecap.errors import EdgecapError
 
 SPLITS = ("train", "val", "test")

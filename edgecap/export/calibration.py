@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgecap.runtime.beam import DecodeOptions
+from edgecap.contract.beam import DecodeOptions
 from edgecap.runtime.session import Bundle
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from edgecap.errors import EdgecapError
 from edgecap.io import atomic_dir
-from edgecap.runtime.beam import DecodeOptions
+from edgecap.contract.beam import DecodeOptions
 from edgecap.runtime.manifest import MANIFEST_NAME, Manifest, load_manifest
 
 

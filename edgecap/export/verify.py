@@ -25,7 +25,7 @@ import torch
 from edgecap.errors import EdgecapError
 from edgecap.export.specs.base import ExportSpec
 from edgecap.models.decoding import CachedStepper, generate
-from edgecap.runtime.beam import DecodeOptions, beam_search
+from edgecap.contract.beam import DecodeOptions, beam_search
 from edgecap.runtime.session import Bundle
 
 DATA_META_KEYS = ("data_dir", "data", "dataset")
@@ -79,7 +79,7 @@ def load_parity_inputs(spec: ExportSpec, n: int, data: str = "", meta: dict | No
         if spec.takes_images:
             import cv2
 
-            from edgecap.runtime.preprocess import preprocess
+            from edgecap.contract.preprocess import preprocess
 
             pre = spec.preprocessing()
             arrays = []

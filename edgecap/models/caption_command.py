@@ -19,8 +19,8 @@ def run(args) -> int:
     from edgecap.errors import EdgecapError
     from edgecap.models.checkpoint import load_checkpoint
     from edgecap.models.decoding import generate
-    from edgecap.runtime.beam import DecodeOptions
-    from edgecap.runtime.preprocess import preprocess
+    from edgecap.contract.beam import DecodeOptions
+    from edgecap.contract.preprocess import preprocess
 
     ckpt = load_checkpoint(args.checkpoint)
     model, vc = ckpt.model, ckpt.config.visual

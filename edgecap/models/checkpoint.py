@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from edgecap.data.vocab import Vocab
+from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
 from edgecap.io import atomic_path
 from edgecap.models.captioner import Captioner

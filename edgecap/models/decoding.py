@@ -1,4 +1,4 @@
-"""PyTorch decoding: adapters that let the shared numpy search (runtime/beam.py) drive a model.
+"""PyTorch decoding: adapters that let the shared numpy search (contract/beam.py) drive a model.
 
 `CachedStepper` runs `model.step` against the static cache (what the exported graph does);
 `PrefixStepper` re-runs the decoder over the whole prefix each step, as many research
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from edgecap.models.captioner import Captioner
-from edgecap.runtime.beam import DecodeOptions, Hypotheses, beam_search
+from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
 
 
 class CachedStepper:

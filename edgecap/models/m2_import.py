@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from edgecap.data.vocab import Vocab
+from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
 from edgecap.models.core import sinusoid_table
 from edgecap.models.factory import build_from_config, preset_config

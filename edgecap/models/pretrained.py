@@ -33,13 +33,13 @@ from torch import nn
 from edgecap.errors import EdgecapError, did_you_mean, require
 from edgecap.models.registry import VISUAL
 
-# open_clip's interpolation names -> the OpenCV filter names `runtime.preprocess` accepts.
+# open_clip's interpolation names -> the OpenCV filter names `contract.preprocess` accepts.
 _RESIZE_NAMES = {"bicubic": "bicubic", "bilinear": "bilinear", "nearest": "nearest", "area": "area"}
 
 
 @dataclass(frozen=True)
 class Preprocessing:
-    """How images must be prepared for a set of weights (see `runtime.preprocess`)."""
+    """How images must be prepared for a set of weights (see `contract.preprocess`)."""
 
     size: int
     mean: tuple[float, float, float]

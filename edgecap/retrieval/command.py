@@ -76,7 +76,7 @@ def model_embeddings(model, root: str, items, batch_size: int, progress: bool = 
     import torch
 
     from edgecap.retrieval.embedding import image_embeddings
-    from edgecap.runtime.preprocess import preprocess
+    from edgecap.contract.preprocess import preprocess
 
     vc = model.cfg.visual
     was_training = model.visual.training

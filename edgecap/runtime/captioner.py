@@ -6,7 +6,7 @@
         print(cap.text, cap.latency_ms)
 
 Frames are OpenCV BGR uint8 images of any size; preprocessing is exactly the manifest's
-(edgecap.runtime.preprocess, the function training and export use). The bundle's graphs have a
+(edgecap.contract.preprocess, the function training and export use). The bundle's graphs have a
 static batch: a short list is padded with zero images whose captions are discarded, a long
 list is captioned in several batches. The image buffer is allocated once and reused; the
 decoder's cache lives in the bundle's stepper, also allocated once.
@@ -21,8 +21,8 @@ import numpy as np
 
 from edgecap.errors import EdgecapError
 
-from .beam import DecodeOptions
-from .preprocess import preprocess
+from edgecap.contract.beam import DecodeOptions
+from edgecap.contract.preprocess import preprocess
 
 STAGES = ("preprocess", "visual", "encoder", "decode")
 

@@ -22,13 +22,13 @@ import numpy as np
 
 from edgecap.errors import EdgecapError, require
 
-from .beam import DecodeOptions, Hypotheses, beam_search
+from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
 from .engines import OrtGraph, TrtGraph, default_providers
 from .manifest import Manifest, load_manifest
 
 
 class BundleStepper:
-    """The decoder-step graph as a `Stepper` for runtime.beam, over `used` of its R rows.
+    """The decoder-step graph as a `Stepper` for contract.beam, over `used` of its R rows.
 
     The cache is two preallocated buffer sets: each step reads one and the graph writes the
     other (onnxruntime binds them in place on CPU); reorder gathers rows along the cache's batch

@@ -38,7 +38,7 @@ def caption_images(ck: Checkpoint, images: list[KarpathyImage], root: Path, beam
                    batch_size: int = 50) -> list[str]:
     from edgecap.data.datasets import ImageSource
     from edgecap.models.decoding import generate
-    from edgecap.runtime.beam import DecodeOptions
+    from edgecap.contract.beam import DecodeOptions
     from edgecap.train.retrieval import TrainingRetrieval, needs_retrieval
 
     model = ck.model.eval()

@@ -47,7 +47,7 @@ from edgecap.data.datasets import (
     collate,
 )
 from edgecap.data.karpathy import KarpathySplits, load_karpathy
-from edgecap.data.vocab import Vocab
+from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError, require
 from edgecap.io import atomic_path, write_json_atomic, write_text_atomic
 from edgecap.models.checkpoint import read_payload, save_checkpoint
@@ -536,7 +536,7 @@ class Trainer:
     def validate(self) -> tuple[float, list[str]]:
         from edgecap.metrics.ciderd import CiderD
         from edgecap.models.decoding import generate
-        from edgecap.runtime.beam import DecodeOptions
+        from edgecap.contract.beam import DecodeOptions
 
         model = self.model
         was_training = model.training

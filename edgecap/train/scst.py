@@ -1,7 +1,7 @@
 """Self-critical sequence training (Rennie et al. 2017) with CIDEr-D rewards.
 
 Per image, the k sequences of a beam search of width k (the shared numpy search in
-`edgecap.runtime.beam`, driven by `CachedStepper` over the static cache, without gradients)
+`edgecap.contract.beam`, driven by `CachedStepper` over the static cache, without gradients)
 are scored with CIDEr-D against the image's references; document frequencies come from the
 training references, computed once when the trainer starts. The baseline is the mean reward
 of the k beams (the M2 / SMArT variant) or the reward of the greedy caption (`greedy`).
@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgecap.data.vocab import Vocab
+from edgecap.contract.vocab import Vocab
 from edgecap.models.captioner import Captioner
 from edgecap.models.decoding import CachedStepper
-from edgecap.runtime.beam import DecodeOptions, Hypotheses, beam_search
+from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
 
 
 @dataclass

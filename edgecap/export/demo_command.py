@@ -43,7 +43,7 @@ def demo_checkpoint() -> Path:
 
 
 def _stamp(checkpoint: Path, beam: int) -> dict:
-    from .manifest import sha256_file
+    from edgecap.runtime.manifest import sha256_file
 
     return {"checkpoint": str(checkpoint), "sha256": sha256_file(checkpoint),
             "export": {"engine": "onnx", "precision": "fp32", "batch": 1, "beam": beam}}
@@ -79,8 +79,8 @@ def ensure_bundle(checkpoint: Path, out: Path, beam: int, reexport: bool = False
 def run(args) -> int:
     from edgecap.errors import EdgecapError
 
-    from .captioner import Captioner
-    from .command import RunSettings, execute
+    from edgecap.runtime.captioner import Captioner
+    from edgecap.runtime.command import RunSettings, execute
 
     checkpoint = Path(args.checkpoint) if args.checkpoint else demo_checkpoint()
     if not checkpoint.is_file():
