@@ -10,6 +10,20 @@ import tempfile
 from pathlib import Path
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where the kernel reports it (Linux >= 4.7);
+    setting and restoring it would briefly give other threads' new files mode 0666."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = ""):
     """Yield a temporary path in the target's directory; rename it onto `path` on success.
@@ -21,9 +35,7 @@ def atomic_path(path: str | os.PathLike, suffix: str = ""):
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent)
     os.close(fd)
     # mkstemp creates 0600; give the final file the permissions a plain open() would
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
+    os.chmod(tmp, 0o666 & ~current_umask())
     try:
         yield Path(tmp)
         os.replace(tmp, path)
@@ -64,6 +76,9 @@ def atomic_dir(path: str | os.PathLike, force: bool = False):
         raise EdgecapError(f"{path} already exists; pass --force to replace it")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    # mkdtemp creates 0700: a bundle or index read by another user (the robot's service
+    # account) needs the permissions a plain mkdir would give
+    os.chmod(tmp, 0o777 & ~current_umask())
     try:
         yield tmp
         if path.exists():

@@ -24,27 +24,30 @@ from edgecap.runtime.manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME, Mani
 class ExportResult:
     path: Path
     manifest: Manifest
+    defaulted: bool = False  # the path was chosen by edgecap (no --out)
 
     @property
     def parity(self) -> dict:
         return self.manifest.parity
 
 
-def check_writable(out: Path, force: bool) -> None:
+def check_writable(out: Path, force: bool, hint: str = "") -> None:
     """Fail before the slow work when the bundle could not be written."""
     if out.exists() and not force:
-        raise EdgecapError(f"{out} already exists; pass --force to replace it")
+        raise EdgecapError(f"{out} already exists; pass --force to replace it{hint}")
     if out.exists() and not out.is_dir():
-        raise EdgecapError(f"cannot write bundle {out}: it exists and is not a directory")
+        raise EdgecapError(f"cannot write bundle {out}: it exists and is not a directory{hint}")
     parent = nearest_existing(out.parent)
     if not parent.is_dir():
-        raise EdgecapError(f"cannot write bundle {out}: {parent} is a file, not a directory")
+        raise EdgecapError(f"cannot write bundle {out}: {parent} is a file, not a directory{hint}")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise EdgecapError(f"cannot write bundle {out}: {parent} is not writable")
+        raise EdgecapError(f"cannot write bundle {out}: {parent} is not writable{hint}")
 
 
 def default_out(checkpoint: Path, s: ExportSettings) -> Path:
-    return Path(f"{checkpoint.stem}-{s.engine}-{s.precision}-b{s.batch}k{s.beam}")
+    """Beside the checkpoint (runs/demo/best.pt -> runs/demo/best-onnx-fp32-b1k3), not in the
+    working directory, which is often a source checkout the bundle does not belong in."""
+    return checkpoint.with_name(f"{checkpoint.stem}-{s.engine}-{s.precision}-b{s.batch}k{s.beam}")
 
 
 def versions() -> dict:
@@ -87,7 +90,7 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
 
         return rebuild_engines(checkpoint, settings, progress)
     out = Path(settings.out) if settings.out else default_out(checkpoint, settings)
-    check_writable(out, settings.force)
+    check_writable(out, settings.force, "" if settings.out else " (the default beside the checkpoint; choose one with --out DIR)")
 
     require("torch", "train", "export")
     import torch
@@ -103,7 +106,7 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
     ckpt = load_checkpoint(checkpoint)
     cfg, vocab = ckpt.config, ckpt.vocab
     spec = spec_for(ckpt.model, settings.batch, settings.beam)
-    inputs = load_parity_inputs(spec, settings.samples, settings.data, ckpt.meta)
+    inputs = load_parity_inputs(spec, settings.samples, settings.data, ckpt.meta, checkpoint=checkpoint)
     graphs = spec.graphs()
     trt = fmt.name == "trt"
     steps = len(graphs) * (2 if trt else 1) + 2
@@ -198,4 +201,4 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
             bar.update()
     except PermissionError as exc:
         raise EdgecapError(f"cannot write bundle {out}: {exc.strerror or exc}") from exc
-    return ExportResult(out, manifest)
+    return ExportResult(out, manifest, defaulted=not settings.out)

@@ -23,12 +23,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=int, help=f"ONNX opset, one of {', '.join(map(str, SUPPORTED_OPSETS))} (default 17)")
     parser.add_argument("--exporter", help=f"{' | '.join(CHOICES['exporter'])} (default torchscript)")
     parser.add_argument("--samples", type=int, help="inputs the parity gate runs (default 8)")
-    parser.add_argument("--data", help="dataset dir for parity / calibration inputs (default: the checkpoint's)")
+    parser.add_argument("--data", help="dataset dir (dataset_coco.json + images/) for parity / calibration inputs "
+                                       "(default: the data the checkpoint was trained on)")
     parser.add_argument("--quantize", help="onnx int8: dynamic | static (default dynamic)")
     parser.add_argument("--workspace", type=int, help="trt: builder workspace limit in MiB (default 1024)")
     parser.add_argument("--timing-cache", dest="timing_cache", help="trt: timing cache file, reused across builds")
     parser.add_argument("--int8-mode", dest="int8_mode", help="trt int8: qdq (explicit) | calibrator (default qdq)")
-    parser.add_argument("--out", help="bundle directory to write (default CHECKPOINT-ENGINE-PRECISION-bBkK)")
+    parser.add_argument("--out", help="bundle directory to write (default: beside the checkpoint, "
+                                      "named CHECKPOINT-ENGINE-PRECISION-bBkK)")
     parser.add_argument("--force", action="store_true", help="replace an existing bundle")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -38,7 +40,9 @@ OPTION_KEYS = ("engine", "target", "batch", "beam", "precision", "opset", "expor
 
 
 def _summary(result) -> list[str]:
-    lines = [f"wrote {result.path}"]
+    where = " (beside the checkpoint: no --out given)" if result.defaulted else ""
+    lines = [f"wrote {result.path}{where}"]
+    random_inputs = False
     for engine, p in result.parity.items():
         parts = [f"beam {p['beam_identical']:.0%} identical on {p['samples']} inputs"]
         if "greedy_identical" in p:
@@ -48,6 +52,13 @@ def _summary(result) -> list[str]:
         if "max_abs_delta" in p:
             parts.append("max |delta| " + ", ".join(f"{k} {v:.1e}" for k, v in p["max_abs_delta"].items()))
         lines.append(f"  parity {engine} {p['precision']}: " + "; ".join(parts))
+        random_inputs = random_inputs or p.get("random_inputs", False)
+    sources = {p["inputs"] for p in result.parity.values() if p.get("inputs")}
+    lines += [f"  parity inputs: {source}" for source in sorted(sources)]
+    if random_inputs:
+        lines.append("  WARNING: the parity inputs are random noise (no data found for this checkpoint): "
+                     "the captions match, but the CIDEr-D delta says nothing about caption quality; "
+                     "pass --data DIR (dataset_coco.json + images/) for a real figure")
     return lines
 
 

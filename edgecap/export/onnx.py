@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import warnings
 from pathlib import Path
 
@@ -54,13 +55,30 @@ def _torch_export(spec: GraphSpec, path: Path, opset: int, exporter: str) -> Non
     spec.module.eval()
 
 
+class _SkipGraphIOInitializerNotice(logging.Filter):
+    """onnx_ir's initializer deduplication warns, on every export, that it leaves alone an
+    initializer that is also a graph input (our static masks): expected, and nothing to act on.
+    Its other warnings (an initializer without a value) still get through."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "as it is a graph input or output" not in str(record.msg)
+
+
+_DEDUP_LOGGER = "onnx_ir.passes.common.initializer_deduplication"
+
+
 def optimize(model):
     """Fold constants and drop Identity nodes; keeps names of graph inputs and outputs."""
     try:
         from onnxscript import optimizer
     except ImportError:  # the graph is valid without it, only larger
         return model
-    return optimizer.optimize(model)
+    logger, quiet = logging.getLogger(_DEDUP_LOGGER), _SkipGraphIOInitializerNotice()
+    logger.addFilter(quiet)
+    try:
+        return optimizer.optimize(model)
+    finally:
+        logger.removeFilter(quiet)
 
 
 # ops that compute shapes; small constant results of these are folded into initialisers

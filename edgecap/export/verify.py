@@ -1,8 +1,12 @@
 """The parity gate: the exported bundle must caption as the PyTorch model does.
 
-On a fixed set of inputs (the checkpoint's own validation images or features when its meta or
---data names them, otherwise seeded random inputs) both sides run end to end, each on its own
-intermediate results:
+On a fixed set of inputs both sides run end to end, each on its own intermediate results. The
+inputs are, in order: --data; the data the checkpoint was trained on (its stored training
+config names it: Karpathy json + images / features, or the synthetic world, found beside the
+checkpoint); for a synthetic-world checkpoint whose world is gone, a few fresh scenes of the
+same world generated on the spot; only then seeded random inputs, which the report and the
+command's output flag (`random_inputs`), since a CIDEr-D delta over noise says nothing about
+caption quality. Per graph and caption:
 - per graph, max |onnxruntime - PyTorch| on its outputs (features, cross tensors, and the step's
   log-probs along PyTorch's greedy path: the bundle's step is fed the tokens PyTorch was fed);
 - greedy and beam captions (`edgecap.models.decoding.generate` vs `Bundle.decode`) compared
@@ -38,6 +42,7 @@ class ParityInputs:
     source: str
     refs: list[list[str]] | None = None
     ids: list = field(default_factory=list)
+    random: bool = False  # no data was found: seeded noise, so CIDEr-D says nothing about quality
 
 
 # -- inputs ------------------------------------------------------------------------------------
@@ -53,16 +58,91 @@ def _batches(inputs: tuple[torch.Tensor, ...], batch: int) -> list[tuple[torch.T
     return out
 
 
-def _dataset_items(data_dir: Path, n: int) -> list[dict]:
-    path = data_dir / "dataset_coco.json"
-    if not path.is_file():
-        raise EdgecapError(f"parity data {data_dir}: no dataset_coco.json")
-    images = json.loads(path.read_text(encoding="utf-8")).get("images", [])
-    for split in ("val", "test", "restval", "train"):
-        chosen = [im for im in images if im.get("split") == split]
-        if chosen:
-            return chosen[:n]
-    raise EdgecapError(f"parity data {path}: no images")
+@dataclass
+class ParityData:
+    """Where the parity gate's images (or features) and reference captions come from."""
+
+    karpathy: Path  # dataset_coco.json
+    images: Path | None  # image root: <images>/<filepath>/<filename>
+    features: Path | None  # HDF5 with <image_id>_features
+    label: str
+    any_split: bool = False  # a freshly generated world: every image is unseen
+
+
+def _data_dir(path: Path, label: str, features: str = "") -> ParityData:
+    """A dataset folder: dataset_coco.json plus images/ (the `edgecap data synth` layout) or the
+    image root itself (COCO's train2014/ and val2014/ beside the json)."""
+    karpathy = path / "dataset_coco.json"
+    if not karpathy.is_file():
+        raise EdgecapError(f"parity data {path}: no dataset_coco.json")
+    images = path / "images" if (path / "images").is_dir() else path
+    h5 = Path(features) if features else path / "features.h5"
+    return ParityData(karpathy, images, h5, label)
+
+
+def _synth_matches(root: Path, synth: dict) -> bool:
+    meta = root / "synth.json"
+    if not (root / "dataset_coco.json").is_file() or not meta.is_file():
+        return False
+    try:
+        have = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return all(have.get(k) == synth.get(k) for k in ("seed", "size", "image_format"))
+
+
+def find_parity_data(data: str = "", meta: dict | None = None,
+                     checkpoint: Path | None = None) -> tuple[ParityData | None, dict | None, list[str]]:
+    """(data found, synthetic-world settings to regenerate from, places looked at).
+
+    In order: --data; a data dir the checkpoint's meta names; the data of the training config
+    stored in the checkpoint (Karpathy json + images or features as given, or the synthetic
+    world in [data.synth].dir, <run dir>/data beside the checkpoint, or [run].out/data).
+    """
+    meta = meta or {}
+    if data:
+        return _data_dir(Path(data), f"--data {data}", meta.get("features", "")), None, []
+    named = next((str(meta[k]) for k in DATA_META_KEYS if meta.get(k)), "")
+    looked: list[str] = []
+    if named:
+        if Path(named).is_dir():
+            return _data_dir(Path(named), f"the checkpoint's data {named}", meta.get("features", "")), None, []
+        looked.append(named)
+    train = (meta.get("train_config") or {}).get("data") or {}
+    synth = train.get("synth")
+    if train.get("karpathy") and not synth:
+        karpathy = Path(train["karpathy"])
+        images = Path(train["images"]) if train.get("images") else None
+        features = Path(train["features"]) if train.get("features") else None
+        if karpathy.is_file() and ((images and images.is_dir()) or (features and features.is_file())):
+            return ParityData(karpathy, images, features, f"the training data {karpathy}"), None, []
+        looked.append(str(karpathy))
+    if synth:
+        run_out = ((meta.get("train_config") or {}).get("run") or {}).get("out")
+        candidates = [Path(synth["dir"])] if synth.get("dir") else []
+        if checkpoint is not None:
+            candidates.append(checkpoint.parent / "data")
+        if run_out:
+            candidates.append(Path(run_out) / "data")
+        for root in dict.fromkeys(candidates):
+            if _synth_matches(root, synth):
+                return _data_dir(root, f"the training world {root}"), None, []
+            looked.append(str(root))
+        return None, synth, looked
+    return None, None, looked
+
+
+def _dataset_items(found: ParityData, n: int) -> list[dict]:
+    try:
+        images = json.loads(found.karpathy.read_text(encoding="utf-8")).get("images", [])
+    except (OSError, ValueError, AttributeError) as exc:
+        raise EdgecapError(f"parity data {found.karpathy}: not a readable Karpathy dataset JSON ({exc})") from None
+    if not found.any_split:  # held-out images first, training images only to fill up
+        order = {"val": 0, "test": 1, "restval": 2, "train": 3}
+        images = sorted((im for im in images if im.get("split") in order), key=lambda im: order[im["split"]])
+    if not images:
+        raise EdgecapError(f"parity data {found.karpathy}: no images")
+    return images[:n]
 
 
 def _refs(items: list[dict]) -> list[list[str]]:
@@ -70,40 +150,67 @@ def _refs(items: list[dict]) -> list[list[str]]:
             for im in items]
 
 
+def _dataset_inputs(spec: ExportSpec, found: ParityData, n: int) -> ParityInputs:
+    items = _dataset_items(found, n)
+    if spec.takes_images:
+        import cv2
+
+        from edgecap.contract.preprocess import preprocess
+
+        if found.images is None:
+            raise EdgecapError(f"parity data {found.label}: the model reads images but the data has none")
+        pre = spec.preprocessing()
+        arrays = []
+        for im in items:
+            path = found.images / im.get("filepath", "") / im["filename"]
+            bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+            if bgr is None:
+                raise EdgecapError(f"parity data: cannot read image {path}")
+            arrays.append(preprocess(bgr, pre["size"], pre["mean"], pre["std"], pre["resize"], pre["channel_order"]))
+        inputs = (torch.from_numpy(np.stack(arrays)), *spec.extra_inputs(len(items)))
+    else:
+        from edgecap.data.features import FeatureStore
+
+        if found.features is None:
+            raise EdgecapError(f"parity data {found.label}: the model reads features but the data has no HDF5 file")
+        with FeatureStore(found.features, n_regions=spec.cfg.n_regions) as store:
+            feats, mask = store.get_batch([im.get("cocoid", im.get("id")) for im in items])
+        inputs = (torch.from_numpy(feats), torch.from_numpy(mask), *spec.extra_inputs(len(items)))
+    refs = _refs(items)
+    return ParityInputs(_batches(inputs, spec.batch), len(items), f"{found.label} ({len(items)} images)",
+                        refs if all(refs) else None, [im.get("cocoid", im.get("id")) for im in items])
+
+
+def _fresh_world_inputs(spec: ExportSpec, n: int, synth: dict) -> ParityInputs:
+    """`n` unseen scenes of the checkpoint's own synthetic world (its size and image format, the
+    next seed), generated into a temporary folder: real images with real references."""
+    import tempfile
+
+    from edgecap.data.synth import generate_dataset
+
+    seed = int(synth.get("seed", 0)) + 1
+    size, fmt = int(synth.get("size", 64)), str(synth.get("image_format", "jpg"))
+    with tempfile.TemporaryDirectory(prefix="edgecap-parity-") as tmp:
+        root = Path(tmp) / "world"
+        generate_dataset(root, n, seed=seed, size=size, sequences=0, video_frames=0, image_format=fmt,
+                         progress=False)
+        found = ParityData(root / "dataset_coco.json", root / "images", None,
+                           f"a fresh synthetic world like the training one (seed {seed}, {size} px, "
+                           f"{fmt}; the training world was not found)", any_split=True)
+        return _dataset_inputs(spec, found, n)
+
+
 def load_parity_inputs(spec: ExportSpec, n: int, data: str = "", meta: dict | None = None,
-                       seed: int = 0) -> ParityInputs:
-    meta = meta or {}
-    data_dir = data or next((str(meta[k]) for k in DATA_META_KEYS if meta.get(k)), "")
-    if data_dir and Path(data_dir).is_dir():
-        items = _dataset_items(Path(data_dir), n)
-        if spec.takes_images:
-            import cv2
-
-            from edgecap.contract.preprocess import preprocess
-
-            pre = spec.preprocessing()
-            arrays = []
-            for im in items:
-                path = Path(data_dir) / "images" / im.get("filepath", "") / im["filename"]
-                bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
-                if bgr is None:
-                    raise EdgecapError(f"parity data: cannot read image {path}")
-                arrays.append(preprocess(bgr, pre["size"], pre["mean"], pre["std"], pre["resize"], pre["channel_order"]))
-            inputs = (torch.from_numpy(np.stack(arrays)), *spec.extra_inputs(len(items)))
-        else:
-            from edgecap.data.features import FeatureStore
-
-            h5 = meta.get("features") or str(Path(data_dir) / "features.h5")
-            with FeatureStore(h5, n_regions=spec.cfg.n_regions) as store:
-                feats, mask = store.get_batch([im.get("cocoid", im.get("id")) for im in items])
-            inputs = (torch.from_numpy(feats), torch.from_numpy(mask), *spec.extra_inputs(len(items)))
-        refs = _refs(items)
-        return ParityInputs(_batches(inputs, spec.batch), len(items), f"validation data {data_dir} ({len(items)} images)",
-                            refs if all(refs) else None, [im.get("cocoid", im.get("id")) for im in items])
+                       seed: int = 0, checkpoint: Path | None = None) -> ParityInputs:
+    found, synth, looked = find_parity_data(data, meta, checkpoint)
+    if found is not None:
+        return _dataset_inputs(spec, found, n)
+    if synth is not None and spec.takes_images:
+        return _fresh_world_inputs(spec, n, synth)
     source = f"random inputs (seed {seed})"
-    if data_dir:
-        source += f"; the data dir {data_dir} named by the checkpoint does not exist here"
-    return ParityInputs(_batches(spec.random_inputs(n, seed), spec.batch), n, source)
+    if looked:
+        source += f"; no data at {', '.join(looked)}"
+    return ParityInputs(_batches(spec.random_inputs(n, seed), spec.batch), n, source, random=True)
 
 
 # -- comparisons ------------------------------------------------------------------------------
@@ -177,6 +284,7 @@ def parity_gate(spec: ExportSpec, bundle: Bundle, inputs: ParityInputs, precisio
     report: dict = {
         "precision": precision,
         "inputs": inputs.source,
+        "random_inputs": inputs.random,
         "samples": n,
         "max_abs_delta": {role: deltas[role] for role in ("visual", "encoder", "decoder_step")
                           if role != "visual" or bundle.has_visual},

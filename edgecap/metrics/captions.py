@@ -7,7 +7,9 @@ Accepted inputs:
   or {"source": ..., "frame_id": ..., "caption": ...} when there is no image id; the image id
   is then "<last path component of source>/<frame_id>", which is the ACVR image id when the
   source is a sequence folder. Other fields are ignored. A record without a "caption" string
-  (e.g. one carrying an "error") counts as an empty caption.
+  (e.g. one carrying an "error") counts as an empty caption. Lines with a "kind" field are not
+  captions: `edgecap run --append` opens and closes each run with one ("run_start",
+  "run_end"); they are skipped and counted as run markers.
 
 Nothing here crashes on dirty input: undecodable bytes are replaced (and counted), malformed
 JSONL lines are skipped (and counted); only a file with no usable record is an error.
@@ -46,7 +48,7 @@ def read_captions(path: str | Path, normalize=None) -> CaptionFile:
     except OSError as exc:
         raise EdgecapError(f"{path}: cannot read caption file ({exc.strerror})") from None
     counts = {"records": 0, "duplicates": 0, "malformed_records": 0, "non_utf8_records": 0,
-              "missing_caption": 0, "empty_captions": 0}
+              "missing_caption": 0, "empty_captions": 0, "run_markers": 0}
     records: list = []
     text = raw.decode("utf-8", errors="replace")
     stripped = text.lstrip("\ufeff \t\r\n")
@@ -79,6 +81,9 @@ def read_captions(path: str | Path, normalize=None) -> CaptionFile:
     for rec in records:
         if not isinstance(rec, dict):
             counts["malformed_records"] += 1
+            continue
+        if "kind" in rec:
+            counts["run_markers"] += 1
             continue
         image_id = _record_id(rec)
         if image_id is None:

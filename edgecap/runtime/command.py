@@ -27,6 +27,7 @@ class RunSettings:
     batch: int = 1
     frames: int | None = None
     jsonl: str | None = None
+    append: bool = False
     detections: str | None = None
     show: bool = False
     save_video: str | None = None
@@ -64,6 +65,10 @@ def add_arguments(parser) -> None:
                         help="stop after N captions")
     parser.add_argument("--jsonl", default=None, metavar="FILE",
                         help="write one JSON record per caption (and FILE.summary.json at exit)")
+    parser.add_argument("--append", action="store_true", default=None,
+                        help="add to an existing --jsonl FILE instead of replacing it; each run "
+                             "opens with a {\"kind\": \"run_start\"} line and ends with a "
+                             "\"run_end\" line holding its summary")
     parser.add_argument("--detections", default=None, metavar="FILE",
                         help="objects per frame from an external detector (JSONL: frame_id, objects)")
     parser.add_argument("--show", action="store_true", default=None,
@@ -116,7 +121,7 @@ def read_config(path: str) -> dict:
                                f"keys: {', '.join(known)}")
         if name == "providers" and isinstance(value, str):
             value = [p.strip() for p in value.split(",") if p.strip()]
-        expected = {"source": str, "pace": str, "coverage": bool, "show": bool, "quiet": bool,
+        expected = {"source": str, "pace": str, "coverage": bool, "show": bool, "quiet": bool, "append": bool,
                     "beam": int, "batch": int, "frames": int, "providers": list, "threads": int,
                     "max_fps": (int, float), "latency_budget": (int, float),
                     "source_fps": (int, float)}.get(name, str)
@@ -133,7 +138,7 @@ def settings_from_args(args) -> RunSettings:
     from edgecap.errors import EdgecapError
 
     merged = read_config(args.config) if args.config else {}
-    for name in ("bundle", "source", "beam", "max_fps", "batch", "frames", "jsonl", "detections",
+    for name in ("bundle", "source", "beam", "max_fps", "batch", "frames", "jsonl", "append", "detections",
                  "show", "save_video", "latency_budget", "coverage", "pace", "source_fps", "threads",
                  "quiet"):
         value = getattr(args, name)
@@ -144,6 +149,8 @@ def settings_from_args(args) -> RunSettings:
     for needed, how in (("bundle", "BUNDLE"), ("source", "--source SRC")):
         if not merged.get(needed):
             raise EdgecapError(f"no {needed} given: pass {how} or put {needed} = ... in --config")
+    if merged.get("append") and not merged.get("jsonl"):
+        raise EdgecapError("--append adds to the --jsonl file: pass --jsonl FILE too")
     if merged.get("pace") not in (None, "native", "every"):
         raise EdgecapError(f"pace = {merged['pace']!r}; expected native or every")
     return RunSettings(**merged)
@@ -208,7 +215,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     from .detections import Detections
     from .loop import LoopOptions, run_loop
     from .overlay import VideoSink, Window
-    from .records import JsonlWriter, Summary
+    from .records import RUN_END, JsonlWriter, Summary, run_start_record
     from .scoring import CoverageAnnotator
     from .sources import ACVRSource, SynthSource, make_source
 
@@ -257,7 +264,11 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         summary.grabber = grabber.stats
         closing.callback(grabber.close)  # joins the thread, then releases the device
         if settings.jsonl:
-            jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl)))
+            jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
+            if settings.append:
+                jsonl.write(run_start_record(settings.source, settings.bundle))
+                # registered after closing(): runs first, so the summary line precedes the close
+                closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
             sinks.append(lambda r: jsonl.write(r.to_json()))
         if settings.save_video:
             # One video frame per caption, played at the rate captions are expected.
@@ -297,7 +308,8 @@ def run(args) -> int:
     if error:
         raise EdgecapError(error)
     if settings.jsonl:
-        print(f"records: {settings.jsonl} ({summary.captioned} lines); summary: "
+        added = "appended" if settings.append else "lines"
+        print(f"records: {settings.jsonl} ({summary.captioned} {added}); summary: "
               f"{summary_path(settings.jsonl)}")
     if settings.save_video and summary.captioned:
         print(f"video: {settings.save_video}")

@@ -9,6 +9,8 @@ One record per captioned frame:
 The JSONL sink writes one whole line per record and flushes it, so a run that is interrupted
 (Ctrl-C, SIGTERM, a crash) leaves every finished record on disk as valid JSON Lines, readable
 by `edgecap eval coverage --captions FILE.jsonl` (image_id / source + frame_id keys).
+With `--append` each run adds to the file between a {"kind": "run_start", ...} line and a
+{"kind": "run_end", <summary>} line (absent when the process was killed).
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from edgecap import __version__
+
 from .camera import Frame, GrabberStats
 from .captioner import STAGES, Caption
+
+# `kind` of the lines that are not captions: with --append each run opens with RUN_START and
+# closes with RUN_END (its summary); readers skip both
+RUN_START, RUN_END = "run_start", "run_end"
 
 
 @dataclass
@@ -71,12 +79,18 @@ class Record:
 
 
 class JsonlWriter:
-    """Appends one JSON line per record and flushes it; `close()` is idempotent."""
+    """Writes one JSON line per record and flushes it; `close()` is idempotent.
 
-    def __init__(self, path: str | os.PathLike):
+    `append` keeps what the file holds (a service restarted after a camera loss must not wipe
+    its history) and starts on a fresh line if the previous process died mid-line.
+    """
+
+    def __init__(self, path: str | os.PathLike, append: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("w", encoding="utf-8")
+        self._fh = self.path.open("a" if append else "w", encoding="utf-8")
+        if append and self._fh.tell() > 0 and not _ends_with_newline(self.path):
+            self._fh.write("\n")
         self.count = 0
 
     def write(self, obj: dict) -> None:
@@ -89,6 +103,18 @@ class JsonlWriter:
             self._fh.flush()
             os.fsync(self._fh.fileno())
             self._fh.close()
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
+def run_start_record(source: str, bundle: str | None) -> dict:
+    """The line that opens each run in an appended JSONL (`kind` marks it as no caption)."""
+    return {"kind": RUN_START, "wall_time": round(time.time(), 6), "source": source,
+            "bundle": bundle, "pid": os.getpid(), "edgecap": __version__}
 
 
 def percentile(values: list[float], q: float) -> float | None:

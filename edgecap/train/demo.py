@@ -140,9 +140,11 @@ def package(run: Path, out_dir: Path = ASSETS, name: str = "demo-smart", coverag
                         "val_cider_d_greedy": round(float(best.meta.get("val_cider_d", 0.0)), 4)}
     metrics["eval_seconds"] = round(time.perf_counter() - start, 1)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # train_config names the world it was trained on: export's parity gate regenerates scenes of it
     save_checkpoint(out_dir / f"{name}.pt", best.model, best.vocab,
                     {"source": Path(cfg.source).name, "phase": best.meta.get("phase"),
-                     "val_cider_d": best.meta.get("val_cider_d"), "step": best.meta.get("step")}, half=True)
+                     "val_cider_d": best.meta.get("val_cider_d"), "step": best.meta.get("step"),
+                     "train_config": cfg.to_dict()}, half=True)
     write_json_atomic(out_dir / f"{name}.metrics.json", metrics)
     return metrics
 
