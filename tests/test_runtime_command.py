@@ -58,3 +58,22 @@ def test_bundle_and_source_are_required():
         settings_from_args(_args("--source", "0"))
     with pytest.raises(EdgecapError, match="no source given"):
         settings_from_args(_args("bundle"))
+
+
+def test_the_systemd_unit_appends_to_the_jsonl():
+    """Restart=on-failure restarts the loop after a camera loss; each start must not wipe the
+    captions the earlier runs wrote."""
+    import shlex
+
+    unit = (ROBOT / "edgecap.service").read_text()
+    assert "Restart=on-failure" in unit
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    argv = shlex.split(exec_start.split("=", 1)[1])
+    assert argv[1] == "run"
+    settings = settings_from_args(_args(*[a.replace("/etc/edgecap", str(ROBOT)) for a in argv[2:]]))
+    assert settings.append is True and settings.jsonl == "/var/lib/edgecap/captions.jsonl"
+
+
+def test_append_needs_a_jsonl_file():
+    with pytest.raises(EdgecapError, match="--append adds to the --jsonl file"):
+        settings_from_args(_args("b", "--source", "0", "--append"))

@@ -180,6 +180,43 @@ def test_execute_on_a_folder_writes_jsonl_summary_and_video(tmp_path):
     assert not list(tmp_path.glob(".run.partial*")), "the temporary video was left behind"
 
 
+def test_append_keeps_earlier_runs_and_marks_where_each_starts(tmp_path):
+    import io
+
+    from edgecap.metrics.captions import read_captions
+
+    folder = _folder(tmp_path, [RED, GREEN])
+    jsonl = tmp_path / "captions.jsonl"
+    jsonl.write_text('{"image_id": "old.png", "caption": "kept from before"}\n{"image_id": "cut", "capt')
+    for colour_run in range(2):  # a service restarted by systemd after the first run
+        settings = RunSettings(source=str(folder), jsonl=str(jsonl), append=True, bundle="b")
+        summary, error = execute(Captioner(FakeBundle()), settings, out=io.StringIO())
+        assert error is None and summary.captioned == 2
+    lines = jsonl.read_text().splitlines()
+    assert lines[0] == '{"image_id": "old.png", "caption": "kept from before"}'
+    assert lines[1] == '{"image_id": "cut", "capt'  # the killed run's last half line stays alone
+    recs = [json.loads(line) for line in lines[2:]]
+    kinds = [r.get("kind", "caption") for r in recs]
+    assert kinds == ["run_start", "caption", "caption", "run_end"] * 2
+    start, end = recs[0], recs[3]
+    assert start["source"] == str(folder) and start["bundle"] == "b" and start["wall_time"] > 0
+    assert end["frames_captioned"] == 2 and end["stopped_by"] == "end of source"
+    # readers skip the markers (and the half line), not count them as broken captions
+    cap = read_captions(jsonl)
+    assert cap.counts["run_markers"] == 4 and cap.counts["malformed_records"] == 1
+    assert cap.captions["old.png"] == "kept from before" and cap.captions["000.png"] == "a red cup"
+
+
+def test_without_append_the_jsonl_is_replaced(tmp_path):
+    import io
+
+    folder = _folder(tmp_path, [RED])
+    jsonl = tmp_path / "captions.jsonl"
+    jsonl.write_text('{"image_id": "old.png", "caption": "from before"}\n')
+    execute(Captioner(FakeBundle()), RunSettings(source=str(folder), jsonl=str(jsonl)), out=io.StringIO())
+    assert [json.loads(line)["caption"] for line in jsonl.read_text().splitlines()] == ["a red cup"]
+
+
 def test_execute_with_detections_scores_them(tmp_path, monkeypatch):
     import io
 

@@ -154,3 +154,6 @@ def test_packaging_a_finished_run_writes_an_fp16_asset_and_its_numbers(world, tm
     key = "fc.weight"
     assert torch.allclose(ck.model.state_dict()[key], best.model.state_dict()[key], atol=1e-3)
     assert json.loads((tmp_path / "assets" / "tiny.metrics.json").read_text())["asset"]["from"] == "best.pt"
+    # the world it was trained on travels with it: export's parity gate regenerates scenes of it
+    assert ck.meta["train_config"]["data"]["synth"] == {"images": 40, "seed": 3, "size": 32,
+                                                        "image_format": "jpg", "dir": str(world)}
