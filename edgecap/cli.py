@@ -17,7 +17,7 @@ from edgecap.errors import EdgecapError, did_you_mean
 # name -> (module, one-line help). Add a command by adding a line here.
 COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("edgecap.models.command", "list model families, presets and parameter counts"),
-    "caption": ("edgecap.models.caption_command", "caption images with a checkpoint (PyTorch)"),
+    "caption": ("edgecap.train.caption_command", "caption images with a checkpoint (PyTorch)"),
     "data": ("edgecap.data.command", "generate the synthetic tabletop world"),
     "export": ("edgecap.export.command", "export a checkpoint to a static ONNX / TensorRT bundle (parity-checked)"),
     "train": ("edgecap.train.command", "train a captioner from a TOML config: XE then SCST, resumable, DDP under torchrun"),

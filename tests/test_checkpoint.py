@@ -67,4 +67,4 @@ def test_caption_command_prints_one_caption_per_image(tmp_path, run_cli):
     assert [line.split("\t")[0] for line in lines] == [str(p) for p in images]
     assert all(word.startswith("w") or word == "<unk>" for line in lines for word in line.split("\t")[1].split())
     code, _, err = run_cli("caption", ckpt, tmp_path / "missing.png")
-    assert code == 1 and "cannot read image" in err and err.count("\n") == 1
+    assert code == 1 and "missing.png: no such image file or folder" in err and err.count("\n") == 1

@@ -172,3 +172,19 @@ def test_caption_reader_json_list_with_bad_bytes(tmp_path):
     path.write_text("garbage\n")
     with pytest.raises(EdgecapError, match="no caption records found"):
         read_captions(path)
+
+
+def test_coco_command_keeps_the_tokenizer_jvm_quiet(tmp_path, capfd):
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.skip("java needed")
+    refs = tmp_path / "dataset_coco.json"
+    refs.write_text(json.dumps({"images": [
+        {"cocoid": 7, "filename": "x.jpg", "split": "test", "sentences": [{"raw": "A cup on a table."}]}]}))
+    preds = tmp_path / "p.json"
+    preds.write_text(json.dumps([{"image_id": 7, "caption": "a cup on a table"}]))
+    assert main(["eval", "coco", "--captions", str(preds), "--refs", str(refs), "--no-meteor"]) == 0
+    captured = capfd.readouterr()
+    assert "BLEU-1" in captured.out
+    assert captured.err == "", captured.err  # was: "PTBTokenizer tokenized 7 tokens at ..." per call

@@ -188,7 +188,7 @@ def test_append_keeps_earlier_runs_and_marks_where_each_starts(tmp_path):
     folder = _folder(tmp_path, [RED, GREEN])
     jsonl = tmp_path / "captions.jsonl"
     jsonl.write_text('{"image_id": "old.png", "caption": "kept from before"}\n{"image_id": "cut", "capt')
-    for colour_run in range(2):  # a service restarted by systemd after the first run
+    for _ in range(2):  # a service restarted by systemd after the first run
         settings = RunSettings(source=str(folder), jsonl=str(jsonl), append=True, bundle="b")
         summary, error = execute(Captioner(FakeBundle()), settings, out=io.StringIO())
         assert error is None and summary.captioned == 2

@@ -12,7 +12,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 from edgecap.errors import EdgecapError, require
@@ -87,6 +90,28 @@ def _check_java() -> None:
         raise EdgecapError("java not found: the PTB tokenizer and METEOR/SPICE need a Java runtime")
 
 
+@contextlib.contextmanager
+def _child_stderr():
+    """Send what child processes write to stderr to a temporary file for the duration; the
+    yielded list gets its lines on exit.
+
+    pycocoevalcap starts the PTB tokenizer's JVM with the parent's stderr, and it reports
+    "PTBTokenizer tokenized N tokens at ..." there on every call; kept, it is checked for a
+    Java failure instead of being printed over the results."""
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines += sink.read().decode("utf-8", errors="replace").splitlines()
+
+
 def tokenize(texts: dict[str, list[str]]) -> dict[str, list[str]]:
     """PTB-tokenise {key: [sentences]} (lower-cased, punctuation dropped)."""
     ptb = require("pycocoevalcap.tokenizer.ptbtokenizer", "eval", "COCO caption metrics")
@@ -94,7 +119,11 @@ def tokenize(texts: dict[str, list[str]]) -> dict[str, list[str]]:
     # The tokenizer preserves one output line per input line; a caption with a newline would
     # shift every later one, so flatten them first.
     flat = {k: [{"caption": " ".join(s.split())} for s in v] for k, v in texts.items()}
-    out = ptb.PTBTokenizer().tokenize(flat)
+    with _child_stderr() as java_stderr:
+        out = ptb.PTBTokenizer().tokenize(flat)
+    failure = [line for line in java_stderr if "Exception" in line or "Error" in line]
+    if failure:
+        raise EdgecapError(f"the PTB tokenizer (Java) failed: {failure[0].strip()[:300]}")
     # trailing empty captions produce no output line at all: restore them as empty strings
     return {k: out.get(k, [""] * len(v))[: len(v)] + [""] * (len(v) - len(out.get(k, [])))
             for k, v in texts.items()}

@@ -33,29 +33,19 @@ from edgecap.models.checkpoint import Checkpoint, load_checkpoint, save_checkpoi
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 
-@torch.no_grad()
 def caption_images(ck: Checkpoint, images: list[KarpathyImage], root: Path, beam_size: int = 1,
                    batch_size: int = 50) -> list[str]:
-    from edgecap.data.datasets import ImageSource
-    from edgecap.models.decoding import generate
     from edgecap.contract.beam import DecodeOptions
-    from edgecap.train.retrieval import TrainingRetrieval, needs_retrieval
+    from edgecap.data.datasets import ImageSource
+    from edgecap.train.captioning import caption_batch, retrieval_for
 
-    model = ck.model.eval()
-    source = ImageSource(root, model.cfg.visual)
-    retrieval = None
-    if needs_retrieval(model):  # RA-T: search its index like validation and the bundle do
-        if not model.cfg.retrieval.index:
-            raise EdgecapError("this RA-Transformer checkpoint names no retrieval index (retrieval.index)")
-        retrieval = TrainingRetrieval(Path(model.cfg.retrieval.index), ck.vocab, model.cfg)
+    source = ImageSource(root, ck.model.cfg.visual)
+    retrieval = retrieval_for(ck)
+    options = DecodeOptions(beam_size=beam_size, max_len=ck.model.cfg.max_len)
     out = []
     for i in range(0, len(images), batch_size):
         x = torch.stack([source.load(im, None)[0] for im in images[i : i + batch_size]])
-        feats, mask = model.visual(x)
-        extra = retrieval.for_features(feats, mask) if retrieval is not None else ()
-        hyps = generate(model, feats, mask, DecodeOptions(beam_size=beam_size, max_len=model.cfg.max_len),
-                        extra=extra)
-        out += [" ".join(ck.vocab.decode(row)) for row in hyps.best()]
+        out += caption_batch(ck, x, options, retrieval)
     return out
 
 
