@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
+from edgecap.contract.beam import DecodeOptions
 from edgecap.errors import EdgecapError
 from edgecap.models import build, preset_config
 from edgecap.models.attention.clustering import accumulate, log_cluster
 from edgecap.models.decoding import generate
-from edgecap.contract.beam import DecodeOptions
 from tests.conftest import random_batch, teacher_forcing_losses
 
 
@@ -154,10 +154,10 @@ def test_trains_on_the_synthetic_world(tmp_path):
     import cv2
     import numpy as np
 
+    from edgecap.contract.preprocess import preprocess
+    from edgecap.contract.vocab import Vocab
     from edgecap.data.karpathy import load_karpathy
     from edgecap.data.synth.dataset import generate_dataset
-    from edgecap.contract.vocab import Vocab
-    from edgecap.contract.preprocess import preprocess
 
     torch.set_num_threads(1)
     world = tmp_path / "synth"

@@ -10,11 +10,11 @@ import onnx
 import pytest
 import torch
 
+from edgecap.contract.beam import DecodeOptions
 from edgecap.export.specs import spec_for
 from edgecap.models import list_models
 from edgecap.models.checkpoint import load_checkpoint
 from edgecap.models.decoding import generate
-from edgecap.contract.beam import DecodeOptions
 from edgecap.runtime.manifest import load_manifest
 from tests._export_util import BATCH, BEAM, CNN, export, save_tiny
 

@@ -120,8 +120,8 @@ def extract_args(backbone, dataset, out, *extra):
 def test_extract_writes_the_backbone_tokens_for_every_image(backbone, dataset, tmp_path, run_cli):
     import cv2
 
-    from edgecap.models.pretrained import grid_tokens, load_open_clip_visual
     from edgecap.contract.preprocess import preprocess
+    from edgecap.models.pretrained import grid_tokens, load_open_clip_visual
 
     out = tmp_path / "feats.h5"
     code, stdout, stderr = run_cli(*extract_args(backbone, dataset, out))

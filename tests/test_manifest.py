@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgecap.errors import EdgecapError
 from edgecap.contract.beam import DecodeOptions
+from edgecap.errors import EdgecapError
 from edgecap.runtime.manifest import FORMAT_VERSION, ManifestError, load_manifest
 from edgecap.runtime.session import Bundle
 from tests._export_util import BATCH, BEAM, export, save_tiny

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from edgecap.contract.beam import DecodeOptions
 from edgecap.errors import EdgecapError
 from edgecap.models import build, list_models, preset_config
 from edgecap.models.decoding import generate
-from edgecap.contract.beam import DecodeOptions
 from tests.conftest import random_batch, teacher_forcing_losses, tiny_overrides
 
 FAMILIES = ["smart", "smart-nomem", "pma", "pma-edge", "m2", "transformer", "updown"]

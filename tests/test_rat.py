@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
+from edgecap.contract.beam import DecodeOptions
 from edgecap.errors import EdgecapError
 from edgecap.models import build, preset_config
 from edgecap.models.decoding import generate
-from edgecap.contract.beam import DecodeOptions
 from tests.conftest import random_batch, teacher_forcing_losses
 
 K, LM = 3, 5
@@ -128,12 +128,12 @@ def test_trains_on_the_synthetic_world_with_retrieval(tmp_path, run_cli):
     CNN front end -> training memory from the stored neighbours -> loss goes down."""
     import cv2
 
+    from edgecap.contract.preprocess import preprocess
+    from edgecap.contract.vocab import Vocab
     from edgecap.data.karpathy import load_karpathy
     from edgecap.data.synth.dataset import generate_dataset
-    from edgecap.contract.vocab import Vocab
     from edgecap.models.checkpoint import save_checkpoint
     from edgecap.retrieval import CaptionIndex, RetrievalMemory
-    from edgecap.contract.preprocess import preprocess
 
     torch.set_num_threads(1)
     world = tmp_path / "synth"
@@ -208,12 +208,12 @@ def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_pa
 
     import cv2
 
+    from edgecap.contract.preprocess import preprocess
+    from edgecap.contract.vocab import Vocab
     from edgecap.data.karpathy import load_karpathy
     from edgecap.data.synth.dataset import generate_dataset
-    from edgecap.contract.vocab import Vocab
     from edgecap.models.checkpoint import save_checkpoint
     from edgecap.retrieval import CaptionIndex, RetrievalMemory, image_embeddings
-    from edgecap.contract.preprocess import preprocess
 
     torch.set_num_threads(1)
     world = tmp_path / "synth"

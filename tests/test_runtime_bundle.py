@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from edgecap.runtime.captioner import Captioner  # noqa: E402
 from edgecap.contract.preprocess import preprocess  # noqa: E402
+from edgecap.runtime.captioner import Captioner  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # Non-default preprocessing on purpose: a manifest that dropped the resize filter, channel order
@@ -71,9 +71,9 @@ def test_runtime_preprocessing_equals_the_checkpoints_visual_config(tiny):
 
 @pytest.mark.parametrize("beam", [1, 2])
 def test_numpy_runtime_captions_are_token_identical_to_pytorch(tiny, beam):
+    from edgecap.contract.beam import DecodeOptions
     from edgecap.models.checkpoint import load_checkpoint
     from edgecap.models.decoding import generate
-    from edgecap.contract.beam import DecodeOptions
 
     ckpt_path, bundle = tiny
     ckpt = load_checkpoint(ckpt_path)

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from runtime_helpers import FakeBundle, ScriptedSource, solid
 
+from edgecap.contract.preprocess import preprocess
 from edgecap.errors import EdgecapError, MissingExtraError
 from edgecap.runtime.camera import FrameGrabber
 from edgecap.runtime.captioner import Captioner
 from edgecap.runtime.command import RunSettings, execute
 from edgecap.runtime.loop import BeamGovernor, LoopOptions, run_loop
-from edgecap.contract.preprocess import preprocess
 from edgecap.runtime.records import Summary
 from edgecap.runtime.scoring import COVERAGE_OFF, CoverageAnnotator
 

@@ -56,13 +56,13 @@ def test_rat_trains_from_the_cli_with_its_index_and_exports_a_bundle_that_captio
     import cv2
     from _export_util import export
 
+    from edgecap.contract.beam import DecodeOptions
+    from edgecap.contract.preprocess import preprocess
     from edgecap.data.karpathy import load_karpathy
     from edgecap.models.checkpoint import load_checkpoint
     from edgecap.models.decoding import generate
     from edgecap.retrieval import CaptionIndex
     from edgecap.retrieval.command import visual_fingerprint
-    from edgecap.contract.beam import DecodeOptions
-    from edgecap.contract.preprocess import preprocess
     from edgecap.runtime.session import Bundle
     from edgecap.train.retrieval import TrainingRetrieval
 

@@ -8,8 +8,8 @@ import torch
 from _train_tiny import tiny_config
 from conftest import tiny_overrides
 
-from edgecap.data.datasets import Batch
 from edgecap.contract.vocab import Vocab
+from edgecap.data.datasets import Batch
 from edgecap.metrics.ciderd import CiderD
 from edgecap.models import build
 from edgecap.train.loop import Trainer

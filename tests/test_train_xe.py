@@ -7,9 +7,9 @@ import pytest
 import torch
 from _train_tiny import tiny_config
 
+from edgecap.contract.vocab import Vocab
 from edgecap.data.datasets import CaptionDataset, EpochBatchSampler, ImageSource, collate
 from edgecap.data.karpathy import load_karpathy
-from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
 from edgecap.train.loop import Trainer
 from edgecap.train.xe import xe_loss
@@ -39,8 +39,8 @@ def test_xe_loss_ignores_padding():
 def test_batches_carry_every_caption_and_preprocess_like_the_runtime(world):
     import cv2
 
-    from edgecap.models import preset_config
     from edgecap.contract.preprocess import preprocess
+    from edgecap.models import preset_config
 
     splits = load_karpathy(world / "dataset_coco.json", world / "images")
     vocab = Vocab.build((c for im in splits.train for c in im.captions), min_count=1)

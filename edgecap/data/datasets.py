@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from edgecap.data.karpathy import KarpathyImage
 from edgecap.contract.vocab import Vocab
+from edgecap.data.karpathy import KarpathyImage
 from edgecap.errors import EdgecapError
 
 AUGMENTATIONS = ("none", "shift")

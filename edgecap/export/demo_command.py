@@ -78,7 +78,6 @@ def ensure_bundle(checkpoint: Path, out: Path, beam: int, reexport: bool = False
 
 def run(args) -> int:
     from edgecap.errors import EdgecapError
-
     from edgecap.runtime.captioner import Captioner
     from edgecap.runtime.command import RunSettings, execute
 

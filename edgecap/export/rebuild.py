@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from edgecap.contract.beam import DecodeOptions
 from edgecap.errors import EdgecapError
 from edgecap.io import atomic_dir
-from edgecap.contract.beam import DecodeOptions
 from edgecap.runtime.manifest import MANIFEST_NAME, Manifest, load_manifest
 
 

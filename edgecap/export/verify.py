@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edgecap.contract.beam import DecodeOptions, beam_search
 from edgecap.errors import EdgecapError
 from edgecap.export.specs.base import ExportSpec
 from edgecap.models.decoding import CachedStepper, generate
-from edgecap.contract.beam import DecodeOptions, beam_search
 from edgecap.runtime.session import Bundle
 
 DATA_META_KEYS = ("data_dir", "data", "dataset")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edgecap.models.captioner import Captioner
 from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
+from edgecap.models.captioner import Captioner
 
 
 class CachedStepper:

@@ -75,8 +75,8 @@ def model_embeddings(model, root: str, items, batch_size: int, progress: bool = 
     import numpy as np
     import torch
 
-    from edgecap.retrieval.embedding import image_embeddings
     from edgecap.contract.preprocess import preprocess
+    from edgecap.retrieval.embedding import image_embeddings
 
     vc = model.cfg.visual
     was_training = model.visual.training

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgecap.errors import EdgecapError
-
 from edgecap.contract.beam import DecodeOptions
 from edgecap.contract.preprocess import preprocess
+from edgecap.errors import EdgecapError
 
 STAGES = ("preprocess", "visual", "encoder", "decode")
 

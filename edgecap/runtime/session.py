@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
 from edgecap.errors import EdgecapError, require
 
-from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
 from .engines import OrtGraph, TrtGraph, default_providers
 from .manifest import Manifest, load_manifest
 

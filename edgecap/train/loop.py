@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edgecap.contract.vocab import Vocab
 from edgecap.data.datasets import (
     CaptionDataset,
     EpochBatchSampler,
@@ -47,7 +48,6 @@ from edgecap.data.datasets import (
     collate,
 )
 from edgecap.data.karpathy import KarpathySplits, load_karpathy
-from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError, require
 from edgecap.io import atomic_path, write_json_atomic, write_text_atomic
 from edgecap.models.checkpoint import read_payload, save_checkpoint
@@ -534,9 +534,9 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> tuple[float, list[str]]:
+        from edgecap.contract.beam import DecodeOptions
         from edgecap.metrics.ciderd import CiderD
         from edgecap.models.decoding import generate
-        from edgecap.contract.beam import DecodeOptions
 
         model = self.model
         was_training = model.training

@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
 from edgecap.contract.vocab import Vocab
 from edgecap.models.captioner import Captioner
 from edgecap.models.decoding import CachedStepper
-from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
 
 
 @dataclass
