@@ -9,6 +9,7 @@ from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
 from edgecap.models import build
 from edgecap.models.checkpoint import load_checkpoint, save_checkpoint
+from edgecap.models.core import sinusoid_table
 from edgecap.models.decoding import generate
 from tests.conftest import tiny_overrides
 
@@ -28,6 +29,69 @@ def test_round_trip_gives_identical_captions(tmp_path):
     assert int(ckpt.model.layers[0].self_attn.proto_valid.sum()) == 3
     feats, mask = torch.randn(2, 6, 24), torch.ones(2, 6, dtype=torch.bool)
     assert (generate(model, feats, mask).tokens == generate(ckpt.model, feats, mask).tokens).all()
+
+
+def test_a_position_table_other_than_the_sinusoid_survives_save_and_load(tmp_path):
+    """An imported model carries its own decoder table (official M2 checkpoints hold a random
+    one); the checkpoint must keep it rather than rebuild the sinusoid on load."""
+    torch.manual_seed(0)
+    model = build("m2", **tiny_overrides("m2")).eval()
+    model.positions.copy_(torch.rand_like(model.positions) - 0.5)
+    ckpt = load_checkpoint(save_checkpoint(tmp_path / "m.pt", model, tiny_vocab()))
+    assert torch.equal(ckpt.model.positions, model.positions)
+    feats, mask = torch.randn(2, 6, 24), torch.ones(2, 6, dtype=torch.bool)
+    tokens = torch.tensor([[1, 5, 6, 7], [1, 8, 9, 10]])
+    with torch.no_grad():
+        assert torch.equal(ckpt.model(feats, mask, tokens), model(feats, mask, tokens))
+
+
+def _as_version_1(path):
+    """Rewrite a checkpoint as format_version 1 wrote it: no decoder position table stored."""
+    payload = torch.load(path, weights_only=True)
+    del payload["state_dict"]["positions"]
+    payload["format_version"] = 1
+    torch.save(payload, path)
+    return payload
+
+
+def test_version_1_checkpoints_load_with_the_sinusoid_they_were_trained_with(tmp_path):
+    torch.manual_seed(1)
+    model = build("smart", **tiny_overrides("smart")).eval()
+    v2 = save_checkpoint(tmp_path / "v2.pt", model, tiny_vocab())
+    v1 = save_checkpoint(tmp_path / "v1.pt", model, tiny_vocab())
+    _as_version_1(v1)
+    feats, mask = torch.randn(3, 6, 24), torch.ones(3, 6, dtype=torch.bool)
+    a, b = load_checkpoint(v1).model, load_checkpoint(v2).model
+    assert torch.equal(a.positions, sinusoid_table(a.cfg.max_len + 1, a.cfg.d_model, zero_row=0))
+    assert (generate(a, feats, mask).tokens == generate(b, feats, mask).tokens).all()
+    # From version 2 on the table is part of the weights: a file without it is refused.
+    payload = _as_version_1(v2)
+    payload["format_version"] = 2
+    torch.save(payload, v2)
+    with pytest.raises(EdgecapError, match=r"v2.pt: weights do not match config .*missing \['positions'\]"):
+        load_checkpoint(v2)
+
+
+def test_packaged_demo_checkpoint_captions_as_before_positions_were_stored():
+    """demo-smart.pt predates stored tables (format_version 1, no 'positions' key)."""
+    from edgecap.export.demo_command import demo_checkpoint
+    from edgecap.models.checkpoint import read_payload
+    from edgecap.models.factory import build_from_config
+
+    path = demo_checkpoint()
+    raw = torch.load(path, weights_only=True)
+    assert raw["format_version"] == 1 and "positions" not in raw["state_dict"]
+    ckpt = load_checkpoint(path)
+    # what loading did while the table was a non-persistent buffer: the freshly built sinusoid
+    before = build_from_config(ckpt.config).eval()
+    before.load_state_dict({k: v.float() for k, v in raw["state_dict"].items()}, strict=False)
+    assert torch.equal(ckpt.model.positions, before.positions)
+    assert "positions" in read_payload(path)["state_dict"]
+    size = ckpt.config.visual.image_size  # the demo reads images through its small CNN
+    images = torch.rand(4, 3, size, size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        feats, mask = ckpt.model.visual(images)
+    assert (generate(ckpt.model, feats, mask).tokens == generate(before, feats, mask).tokens).all()
 
 
 def test_half_precision_checkpoint_is_smaller_and_loads_as_float(tmp_path):

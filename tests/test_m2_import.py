@@ -1,12 +1,16 @@
 """Official M2 Transformer checkpoints -> the `m2` family, checked against the official computation.
 
-The test builds a state dict with the official key names and shapes (random values), saves it
-the way M2's train.py does, and compares our imported model with a small re-implementation of
-the official forward pass written from the paper and the reference code's structure (memory
-slots appended after the keys, the mask inferred from post-LayerNorm sums, interleaved
-positional table, gates fc_alpha1..3, sum / sqrt(3), padding multiplied out).
+The test builds a state dict the way the official code does: the modules with the official
+names, shapes and their own initialisation (the decoder's position table a frozen sinusoid),
+then `Transformer.init_weights()` (Xavier over every parameter with more than one dimension,
+which overwrites that frozen table), then a stand-in for training that moves only trainable
+parameters. It saves it the way M2's train.py does and compares our imported model with a small
+re-implementation of the official forward pass written from the paper and the reference code's
+structure (memory slots appended after the keys, the mask inferred from post-LayerNorm sums,
+the checkpoint's own position table, gates fc_alpha1..3, sum / sqrt(3), padding multiplied out).
 """
 
+import json
 import math
 import pickle
 import random
@@ -18,6 +22,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from edgecap.errors import EdgecapError
@@ -27,6 +32,7 @@ from edgecap.models.m2_import import import_m2, map_key, read_m2_checkpoint, rea
 D, H, D_FF, D_IN, SLOTS, N_ENC, N_DEC, TABLE_LEN = 32, 4, 64, 24, 5, 3, 3, 54
 ITOS = ["<unk>", "<pad>", "<bos>", "<eos>", "a", "man", "dog", "on", "the", "red", "table", "with"]
 PAD, BOS, EOS = 1, 2, 3
+POS_KEY = "decoder.pos_emb.weight"
 
 
 def m2_table(length, d):
@@ -40,56 +46,68 @@ def m2_table(length, d):
     return table
 
 
-def official_state(seed=0, vocab=None):
+def _module(**children):
+    module = nn.Module()
+    for name, child in children.items():
+        setattr(module, name, child)
+    return module
+
+
+def _attention(memory=False, stateful=False):
+    """MultiHeadAttention: .attention (ScaledDotProductAttention[Memory]) and .layer_norm."""
+    attention = _module(fc_q=nn.Linear(D, D), fc_k=nn.Linear(D, D), fc_v=nn.Linear(D, D), fc_o=nn.Linear(D, D))
+    if memory:  # ScaledDotProductAttentionMemory.init_weights: normal(0, 1/d_k) and normal(0, 1/m)
+        attention.m_k = nn.Parameter(torch.empty(1, SLOTS, D).normal_(0, 1 / (D // H)))
+        attention.m_v = nn.Parameter(torch.empty(1, SLOTS, D).normal_(0, 1 / SLOTS))
+    block = _module(attention=attention, layer_norm=nn.LayerNorm(D))
+    if stateful:  # register_state: buffers of the stateful beam search
+        block.register_buffer("running_keys", torch.zeros(0, D))
+        block.register_buffer("running_values", torch.zeros(0, D))
+    return block
+
+
+def _pwff():
+    return _module(fc1=nn.Linear(D, D_FF), fc2=nn.Linear(D_FF, D), layer_norm=nn.LayerNorm(D))
+
+
+def official_model(vocab):
+    """The official module tree (names, shapes, parameters vs buffers) as M2 constructs it."""
+    encoder = _module(
+        fc=nn.Linear(D_IN, D), layer_norm=nn.LayerNorm(D),
+        layers=nn.ModuleList(_module(mhatt=_attention(memory=True), pwff=_pwff()) for _ in range(N_ENC)),
+    )
+    layers = nn.ModuleList(
+        _module(self_att=_attention(stateful=True), enc_att=_attention(), pwff=_pwff(),
+                **{f"fc_alpha{a}": nn.Linear(2 * D, D) for a in range(1, N_ENC + 1)})
+        for _ in range(N_DEC)
+    )
+    decoder = _module(
+        word_emb=nn.Embedding(vocab, D, padding_idx=PAD),
+        pos_emb=nn.Embedding.from_pretrained(m2_table(TABLE_LEN + 1, D), freeze=True),
+        layers=layers, fc=nn.Linear(D, vocab, bias=False),
+    )
+    decoder.register_buffer("running_mask_self_attention", torch.zeros(1, 1, 0, dtype=torch.uint8))
+    decoder.register_buffer("running_seq", torch.zeros(1, dtype=torch.long))
+    return _module(encoder=encoder, decoder=decoder)
+
+
+def official_state(seed=0, vocab=None, train_scale=0.1):
+    """An official-layout state dict made as the official code makes one (see the module doc)."""
     vocab = len(ITOS) if vocab is None else vocab
-    g = torch.Generator().manual_seed(seed)
-
-    def w(*shape, scale=0.3):
-        return torch.randn(*shape, generator=g) * scale
-
-    def linear(prefix, d_out, d_in, bias=True):
-        s[f"{prefix}.weight"] = w(d_out, d_in, scale=1 / math.sqrt(d_in))
-        if bias:
-            s[f"{prefix}.bias"] = w(d_out, scale=0.1)
-
-    def norm(prefix):
-        s[f"{prefix}.weight"] = 1 + w(D, scale=0.1)
-        s[f"{prefix}.bias"] = w(D, scale=0.1)
-
-    def attention(prefix, memory=False):
-        for name in ("fc_q", "fc_k", "fc_v", "fc_o"):
-            linear(f"{prefix}.attention.{name}", D, D)
-        if memory:
-            s[f"{prefix}.attention.m_k"] = torch.randn(1, SLOTS, D, generator=g) / (D // H)
-            s[f"{prefix}.attention.m_v"] = torch.randn(1, SLOTS, D, generator=g) / SLOTS
-        norm(f"{prefix}.layer_norm")
-
-    def pwff(prefix):
-        linear(f"{prefix}.fc1", D_FF, D)
-        linear(f"{prefix}.fc2", D, D_FF)
-        norm(f"{prefix}.layer_norm")
-
-    s = {}
-    linear("encoder.fc", D, D_IN)
-    norm("encoder.layer_norm")
-    for i in range(N_ENC):
-        attention(f"encoder.layers.{i}.mhatt", memory=True)
-        pwff(f"encoder.layers.{i}.pwff")
-    s["decoder.word_emb.weight"] = w(vocab, D, scale=1.0)
-    s["decoder.pos_emb.weight"] = m2_table(TABLE_LEN + 1, D)
-    for j in range(N_DEC):
-        attention(f"decoder.layers.{j}.self_att")
-        attention(f"decoder.layers.{j}.enc_att")
-        pwff(f"decoder.layers.{j}.pwff")
-        for a in range(1, N_ENC + 1):
-            linear(f"decoder.layers.{j}.fc_alpha{a}", D, 2 * D)
-        # register_state buffers of the official stateful decoder
-        s[f"decoder.layers.{j}.self_att.running_keys"] = torch.zeros(0, D)
-        s[f"decoder.layers.{j}.self_att.running_values"] = torch.zeros(0, D)
-    linear("decoder.fc", vocab, D, bias=False)
-    s["decoder.running_mask_self_attention"] = torch.zeros(1, 1, 0, dtype=torch.uint8)
-    s["decoder.running_seq"] = torch.zeros(1, dtype=torch.long)
-    return s
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = official_model(vocab)
+        # Transformer.init_weights(): every parameter with more than one dimension, the frozen
+        # position table (requires_grad=False, but a parameter) included.
+        for p in model.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        # Training moves what has a gradient; the frozen table stays as init_weights() left it.
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.add_(torch.randn_like(p) * train_scale)
+        return {k: v.clone() for k, v in model.state_dict().items()}
 
 
 # --- the official computation, written from the paper / reference structure ---------------------
@@ -241,7 +259,41 @@ def test_imported_model_reproduces_official_logprobs(official):
     assert (masked[0] - ref[0]).abs().max() > 1e-3
     assert (masked[1] - ref[1]).abs().max() < 1e-4  # image 1 has no padding
     assert meta["encoder_mask"] == "all-rows" and meta["m2_epoch"] == 27 and meta["m2_best_cider"] == 1.31
+    assert meta["position_table"] == "non-sinusoid"
     assert voc.itos == ITOS and (model.cfg.pad_id, model.cfg.bos_id, model.cfg.eos_id, model.cfg.unk_id) == (1, 2, 3, 0)
+
+
+def test_official_position_table_is_kept_not_rebuilt(official):
+    """init_weights() leaves a random table behind (row 0, the padding position, not zero); the
+    imported model carries exactly its first max_len + 1 rows, and a sinusoid in its place gives
+    another model."""
+    state, weights, vocab = official
+    table = state[POS_KEY]
+    bound = math.sqrt(6 / sum(table.shape))  # Xavier-uniform over [55, d]
+    assert table[0].abs().max() > 0 and table.abs().max() <= bound
+    assert not torch.allclose(table, m2_table(TABLE_LEN + 1, D), atol=0.05)
+    model, _, _ = import_m2(weights, vocab, n_heads=H, max_len=10, n_regions=7)
+    assert torch.equal(model.positions, table[:11])
+    feats, tokens = inputs()
+    rebuilt = dict(state, **{POS_KEY: m2_table(TABLE_LEN + 1, D)})
+    with torch.no_grad():
+        ours = model(feats, torch.ones(feats.shape[:2], dtype=torch.bool), tokens)
+        wrong, _ = ref_forward(rebuilt, feats, tokens)
+    assert (ours - wrong).abs().max() > 0.05
+
+
+def test_a_sinusoid_table_imports_as_well(tmp_path):
+    """A state dict saved before init_weights() (or by code that kept the sinusoid)."""
+    state = dict(official_state(seed=4), **{POS_KEY: m2_table(TABLE_LEN + 1, D)})
+    weights, vocab = tmp_path / "m2.pth", tmp_path / "vocab.json"
+    save_official(weights, state)
+    vocab.write_text(json.dumps(ITOS))
+    model, _, meta = import_m2(weights, vocab, n_heads=H, max_len=10, n_regions=7)
+    feats, tokens = inputs(seed=5)
+    with torch.no_grad():
+        ref, _ = ref_forward(state, feats, tokens)
+        ours = model(feats, torch.ones(feats.shape[:2], dtype=torch.bool), tokens)
+    assert (ours - ref).abs().max() < 1e-4 and meta["position_table"] == "sinusoid"
 
 
 def test_config_read_from_weights(official):
@@ -259,8 +311,9 @@ def test_every_official_key_is_mapped_once():
     targets = [k for k in mapped if k is not None]
     assert len(targets) == len(set(targets))
     skipped = sorted(k for k, m in zip(state, mapped, strict=True) if m is None)
+    assert map_key(POS_KEY) == "positions"
     assert skipped == sorted(
-        ["decoder.pos_emb.weight", "decoder.running_mask_self_attention", "decoder.running_seq"]
+        ["decoder.running_mask_self_attention", "decoder.running_seq"]
         + [f"decoder.layers.{j}.self_att.running_{w}" for j in range(N_DEC) for w in ("keys", "values")]
     )
     assert map_key("decoder.layers.2.fc_alpha3.bias") == "layers.2.cross.gates.2.bias"
@@ -281,6 +334,31 @@ def test_cli_writes_a_checkpoint_that_reproduces_the_official_model(official, tm
         ours = ckpt.model(feats, torch.ones(feats.shape[:2], dtype=torch.bool), tokens)
     assert (ours - ref).abs().max() < 1e-4
     assert ckpt.vocab.itos == ITOS and ckpt.meta["source"] == "aimagelab/meshed-memory-transformer"
+
+
+@pytest.mark.slow
+def test_exported_bundle_reproduces_the_official_model(official, tmp_path, run_cli):
+    """The checkpoint's table travels into the ONNX graphs: teacher-forced through the bundle's
+    decoder step, the log-probabilities are the official ones, and its captions are PyTorch's."""
+    from edgecap.runtime.session import Bundle
+    from tests._export_util import export
+
+    state, weights, vocab = official
+    ckpt = tmp_path / "m2.pt"
+    code, _, stderr = run_cli("import-m2", "--weights", weights, "--vocab", vocab, "--out", ckpt,
+                              "--heads", H, "--max-len", 8, "--regions", 7)
+    assert code == 0, stderr
+    result = export(ckpt, tmp_path / "bundle")
+    parity = result.manifest.parity["onnxruntime"]
+    assert parity["passed"] and parity["greedy_identical"] == 1.0 and parity["beam_identical"] == 1.0
+    bundle = Bundle.load(result.path)
+    feats, tokens = inputs(seed=7)
+    with torch.no_grad():
+        ref, _ = ref_forward(state, feats, tokens)
+    cross = bundle.encode(feats.numpy(), np.ones(feats.shape[:2], bool))
+    step = bundle.stepper(cross, repeats=1)
+    stepped = np.stack([step(tokens[:, t].numpy(), t).copy() for t in range(tokens.shape[1])], axis=1)
+    assert np.abs(stepped - ref.numpy()).max() < 1e-4
 
 
 def test_vocab_formats(tmp_path):
@@ -316,6 +394,8 @@ def test_bad_inputs_name_the_problem(official, tmp_path):
         import_m2(tmp_path / "odd.pth", vocab, n_heads=H)
     with pytest.raises(EdgecapError, match="--heads 5 does not divide d_model=32"):
         import_m2(weights, vocab, n_heads=5)
+    with pytest.raises(EdgecapError, match="pos_emb.weight has 55 rows, so captions of at most 54 tokens; max_len=60 needs 61"):
+        import_m2(weights, vocab, n_heads=H, max_len=60)
     torch.save({"state_dict": {k: v for k, v in state.items() if k != "decoder.fc.weight"}}, tmp_path / "cut.pth")
     with pytest.raises(EdgecapError, match="missing \\['fc.weight'\\]"):
         import_m2(tmp_path / "cut.pth", vocab, n_heads=H)

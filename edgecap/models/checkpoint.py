@@ -1,10 +1,14 @@
 """Model checkpoints: config + vocabulary + weights (with PMA prototypes) in one file.
 
-    {"format": "edgecap-checkpoint", "format_version": 1, "config": asdict(cfg),
+    {"format": "edgecap-checkpoint", "format_version": 2, "config": asdict(cfg),
      "vocab": {"itos": [...], "specials": {...}}, "state_dict": {...}, "meta": {...}}
 
 Written atomically (temp file, then rename). Loading uses `torch.load(weights_only=True)`, so
 a checkpoint cannot run code; a corrupt or foreign file gives a one-line error.
+
+Version 2 stores the Transformer decoder's position table (`positions`); version 1 did not
+(the table was rebuilt as the sinusoid on load), so a version-1 file is read with exactly that
+sinusoid put back and captions as it always did.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from edgecap.errors import EdgecapError
 from edgecap.io import atomic_path
 from edgecap.models.captioner import Captioner
 from edgecap.models.config import CaptionerConfig
+from edgecap.models.core import decoder_positions
 from edgecap.models.factory import build_from_config
 
 FORMAT = "edgecap-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass
@@ -68,14 +74,26 @@ def read_payload(path: str | os.PathLike) -> dict:
         keys = list(payload)[:6] if isinstance(payload, dict) else type(payload).__name__
         hint = " (official M2 weights: use edgecap.models.m2_import)" if isinstance(payload, dict) and "state_dict" in payload else ""
         raise EdgecapError(f"checkpoint {path} is not an edgecap checkpoint (found {keys}){hint}")
-    if payload.get("format_version") != FORMAT_VERSION:
+    if payload.get("format_version") not in READABLE_VERSIONS:
         raise EdgecapError(
-            f"checkpoint {path} has format_version {payload.get('format_version')!r}, expected {FORMAT_VERSION}"
+            f"checkpoint {path} has format_version {payload.get('format_version')!r}, "
+            f"expected one of {', '.join(map(str, READABLE_VERSIONS))}"
         )
     for key in ("config", "vocab", "state_dict"):
         if key not in payload:
             raise EdgecapError(f"checkpoint {path} lacks the {key!r} entry")
+    if payload["format_version"] == 1:
+        _add_v1_positions(payload, path)
     return payload
+
+
+def _add_v1_positions(payload: dict, path) -> None:
+    """Version 1 never stored the decoder position table: every Transformer decoder then used
+    the sinusoid, rebuilt on load. Put that table in, so v1 files load as they always did."""
+    cfg = CaptionerConfig.from_dict(payload["config"], where=f"checkpoint {path}: config")
+    state = payload["state_dict"]
+    if cfg.decoder == "transformer" and "positions" not in state:
+        state["positions"] = decoder_positions(cfg)
 
 
 def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu") -> Checkpoint:

@@ -23,8 +23,8 @@ from edgecap.models.registry import (
 def sinusoid_table(length: int, d_model: int, zero_row: int | None = None) -> torch.Tensor:
     """[length, d] sinusoidal positions, sines in the first half and cosines in the second.
 
-    The M2 code interleaves them (sin at even, cos at odd channels); the two layouts differ by
-    a fixed channel permutation, which `m2_import` folds into the imported weights."""
+    The M2 code interleaves them (sin at even, cos at odd channels); models built here use the
+    halves, and an imported M2 model carries the checkpoint's own table (`decoder_positions`)."""
     pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)
     dim = torch.arange(d_model // 2, dtype=torch.float32)
     angle = pos / torch.pow(10000.0, 2 * dim / d_model)
@@ -32,6 +32,12 @@ def sinusoid_table(length: int, d_model: int, zero_row: int | None = None) -> to
     if zero_row is not None:
         table[zero_row] = 0
     return table
+
+
+def decoder_positions(cfg) -> torch.Tensor:
+    """The decoder position table a model is built with: [max_len + 1, d], row 0 the padding
+    position (zero), step t reading row t + 1 as the M2 code does."""
+    return sinusoid_table(cfg.max_len + 1, cfg.d_model, zero_row=0)
 
 
 class FeedForward(nn.Module):
@@ -123,8 +129,10 @@ class TransformerCaptioner(Captioner):
         super().__init__(cfg)
         self.encoder = VisualEncoder(cfg)
         self.word_emb = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        # Row 0 is the padding position; step t uses row t + 1 (as the M2 code does).
-        self.register_buffer("positions", sinusoid_table(cfg.max_len + 1, cfg.d_model, zero_row=0), persistent=False)
+        # A persistent buffer: fixed during training (as M2's frozen table) but saved, so a model
+        # may carry a table other than the sinusoid. Official M2 checkpoints hold a random one:
+        # M2's init_weights() runs Xavier over every >1-d parameter, its frozen table included.
+        self.register_buffer("positions", decoder_positions(cfg))
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
         self.fc = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.levels = self.layers[0].cross.levels_used(cfg) if cfg.dec_layers else 1

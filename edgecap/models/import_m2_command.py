@@ -27,7 +27,7 @@ def run(args) -> int:
     cfg = model.cfg
     print(
         f"{args.out}: m2 {cfg.enc_layers}+{cfg.dec_layers} layers, d={cfg.d_model}, {cfg.n_heads} heads, "
-        f"{cfg.memory.slots} memory slots, {len(vocab)} words, {model.num_parameters() / 1e6:.1f}M parameters; "
-        f"feed {cfg.n_regions} zero-padded regions with an all-True mask to match the official model"
+        f"{cfg.memory.slots} memory slots, {len(vocab)} words, {model.num_parameters() / 1e6:.1f}M parameters, "
+        f"{meta['position_table']} position table kept; feed {cfg.n_regions} zero-padded regions with an all-True mask to match the official model"
     )
     return 0

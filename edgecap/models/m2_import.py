@@ -6,13 +6,13 @@ The official `meshed_memory_transformer.pth` is `torch.save({'state_dict': ..., 
 bottom-up detections, 50 regions, zero-padded. This module maps every weight onto the `m2`
 family (`edgecap.models.build("m2")`): the key table is `key_map()` and docs/pretrained.md.
 
-Two differences between the codebases are bridged exactly, not approximately:
-- positional table: M2 interleaves sin/cos (sin at even channels, cos at odd ones); when our
-  core lays them out differently (sines then cosines), the two tables differ by a fixed
-  permutation P of the d_model channels, and the decoder's residual stream is re-expressed in
-  our basis (word embeddings, every decoder linear layer on the residual side, every decoder
-  LayerNorm). LayerNorm, residual sums, ReLU and sigmoid gates commute with a channel
-  permutation, so the imported model computes the same log-probabilities.
+Two things about the official files are kept exactly as they are, not "corrected":
+- positional table: the official `Transformer.init_weights()` runs `xavier_uniform_` over every
+  parameter with more than one dimension, and the decoder's frozen sinusoid table
+  (`nn.Embedding.from_pretrained(..., freeze=True)`) is one of them. So every checkpoint its
+  `train.py` writes, the released one included, holds a random table (row 0 not zero) that
+  stayed frozen through training. The imported model carries that table (edgecap's decoder
+  table is a persistent buffer); rebuilding a sinusoid instead gives another model.
 - padding: M2 infers the encoder mask as `sum(x) == 0` *after* fc/ReLU/LayerNorm, where a
   zero-padded region has become LN(ReLU(b)) and its sum is not 0, so the official model never
   masked its padded regions: it attends to them as ordinary tokens. Our encoder takes an
@@ -71,10 +71,11 @@ POS_KEY = "decoder.pos_emb.weight"
 
 
 def map_key(key: str) -> str | None:
-    """Our state-dict key for an official one; None for M2's decoding-state buffers and its
-    positional table (a fixed sinusoid we recompute; checked, not copied)."""
-    if key == POS_KEY or _STATE_BUFFERS.match(key):
+    """Our state-dict key for an official one; None for M2's decoding-state buffers."""
+    if _STATE_BUFFERS.match(key):
         return None
+    if key == POS_KEY:
+        return "positions"  # cut to max_len + 1 rows by convert_state_dict
     for pattern, template in _COMPILED:
         m = pattern.match(key)
         if m:
@@ -84,77 +85,33 @@ def map_key(key: str) -> str | None:
     raise EdgecapError(f"M2 checkpoint: unknown key {key!r} (not a key of the official M2 model)")
 
 
-# --- decoder residual-stream channels (for the positional-table permutation) -------------------
+# --- the positional table ------------------------------------------------------------------------
 
-def _residual_dims(key: str) -> tuple[int, ...]:
-    """Which dims of our decoder tensor `key` index the residual stream (d_model channels)."""
-    if key == "word_emb.weight":
-        return (1,)
-    if key == "fc.weight":
-        return (1,)
-    m = re.match(r"^layers\.\d+\.(.+)$", key)
-    if not m:
-        return ()  # encoder: no positions in M2's encoder, nothing to permute
-    rest = m.group(1)
-    if rest.endswith(("norm.weight", "norm.bias")):
-        return (0,)  # norm, cross.norm, ff.norm
-    if re.match(r"self_attn\.fc_[qkv]\.weight", rest) or rest in ("cross.attention.fc_q.weight", "ff.fc1.weight"):
-        return (1,)  # reads the residual stream
-    if rest in ("self_attn.fc_o.weight", "self_attn.fc_o.bias", "cross.attention.fc_o.weight",
-                "cross.attention.fc_o.bias", "ff.fc2.weight", "ff.fc2.bias"):
-        return (0,)  # writes the residual stream
-    if re.match(r"cross\.gates\.\d+\.weight", rest):
-        return (0, 1)  # [Y; C] -> d, both halves residual
-    if re.match(r"cross\.gates\.\d+\.bias", rest):
-        return (0,)
-    return ()  # fc_q/k/v biases (head space), cross fc_k/fc_v (encoder space), ff.fc1.bias
+def m2_sinusoid(length: int, d_model: int) -> torch.Tensor:
+    """The table M2 builds before init_weights() overwrites it: edgecap's sinusoid with the sines
+    and cosines interleaved (sin at even channels, cos at odd ones), row 0 zero."""
+    sines, cosines = sinusoid_table(length, d_model, zero_row=0).chunk(2, dim=1)
+    return torch.stack([sines, cosines], dim=2).flatten(1)
 
 
-def _permute(tensor: torch.Tensor, dims: tuple[int, ...], inv: torch.Tensor) -> torch.Tensor:
-    d = inv.numel()
-    for dim in dims:
-        size = tensor.shape[dim]
-        if size == d:
-            tensor = tensor.index_select(dim, inv)
-        elif size == 2 * d:  # gate input [Y; C]: permute each half
-            shifted = torch.cat([inv, inv + d])
-            tensor = tensor.index_select(dim, shifted)
-        else:  # pragma: no cover - guarded by the shape checks
-            raise EdgecapError(f"cannot permute dim {dim} of size {size} with d_model={d}")
-    return tensor
+def position_table(state: dict, length: int) -> tuple[torch.Tensor, str]:
+    """(the first `length` rows of the checkpoint's table, "sinusoid" or "non-sinusoid").
 
-
-def _m2_table(length: int, d_model: int) -> torch.Tensor:
-    """M2's positional table: sin at even channels, cos at odd ones, row 0 zero (padding)."""
-    pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)
-    dim = torch.arange(d_model // 2, dtype=torch.float32)
-    angle = pos / torch.pow(10000.0, 2 * dim / d_model)
-    table = torch.stack([torch.sin(angle), torch.cos(angle)], dim=2).flatten(1)
-    table[0] = 0
-    return table
-
-
-def position_permutation(official_table: torch.Tensor, length: int) -> torch.Tensor:
-    """`inv` with ours[:, c] == official[:, inv[c]] over the first `length` rows.
-
-    Checks that the checkpoint's table is M2's sinusoid and works out how our core lays out
-    the same sines and cosines (identity when it interleaves like M2).
+    "non-sinusoid" is what official checkpoints hold (see the module docstring); "sinusoid" is
+    what a state dict saved before init_weights() would hold. Either way the table is kept.
     """
-    rows, d = official_table.shape
+    table = _need(state, POS_KEY)
+    if table.dim() != 2 or table.shape[1] != _need(state, "decoder.word_emb.weight").shape[1]:
+        raise EdgecapError(f"M2 checkpoint: {POS_KEY} has shape {tuple(table.shape)}, expected [rows, d_model]")
+    rows, d_model = table.shape
     if rows < length:
-        raise EdgecapError(f"M2 checkpoint: {POS_KEY} has {rows} rows; max_len={length - 1} needs {length}")
-    official = official_table[:length].float()
-    if not torch.allclose(official, _m2_table(length, d), atol=1e-5):
-        raise EdgecapError(f"M2 checkpoint: {POS_KEY} is not the sinusoid table of the official code")
-    ours = sinusoid_table(length, d, zero_row=0)
-    candidates = {
-        "interleaved": torch.arange(d),
-        "halves": torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)]),
-    }
-    for inv in candidates.values():
-        if torch.allclose(ours, official[:, inv], atol=1e-5):
-            return inv
-    raise EdgecapError("edgecap's positional table matches neither M2 layout; the importer needs updating")
+        raise EdgecapError(
+            f"M2 checkpoint: {POS_KEY} has {rows} rows, so captions of at most {rows - 1} tokens; "
+            f"max_len={length - 1} needs {length}"
+        )
+    table = table[:length].detach().float().cpu().clone()
+    kind = "sinusoid" if torch.allclose(table, m2_sinusoid(length, d_model), atol=1e-5) else "non-sinusoid"
+    return table, kind
 
 
 # --- reading the official files ------------------------------------------------------------------
@@ -330,16 +287,16 @@ def m2_config(state: dict, itos: list[str], n_heads: int = 8, max_len: int = 20,
     return preset_config("m2", **overrides).replace(name="m2-official")
 
 
-def convert_state_dict(state: dict, cfg) -> dict[str, torch.Tensor]:
-    """Official keys -> ours, with the decoder re-expressed in our positional basis."""
-    inv = position_permutation(_need(state, POS_KEY), cfg.max_len + 1)
+def convert_state_dict(state: dict, cfg) -> tuple[dict[str, torch.Tensor], str]:
+    """-> (our state dict, position-table kind): official keys mapped one to one, the position
+    table cut to the model's max_len + 1 rows."""
     out = {}
     for key, value in state.items():
         ours = map_key(key)
-        if ours is None:
-            continue
-        out[ours] = _permute(value.detach().float().cpu(), _residual_dims(ours), inv)
-    return out
+        if ours is not None:
+            out[ours] = value.detach().float().cpu()
+    out["positions"], table_kind = position_table(state, cfg.max_len + 1)
+    return out, table_kind
 
 
 def import_m2(
@@ -356,7 +313,7 @@ def import_m2(
     itos = read_m2_vocab(vocab)
     cfg = m2_config(state, itos, n_heads=n_heads, max_len=max_len, n_regions=n_regions)
     model = build_from_config(cfg)
-    converted = convert_state_dict(state, cfg)
+    converted, table_kind = convert_state_dict(state, cfg)
     own = model.state_dict()
     for key, value in converted.items():
         if key in own and tuple(own[key].shape) != tuple(value.shape):
@@ -373,6 +330,7 @@ def import_m2(
         "vocab": str(vocab),
         "n_heads": n_heads,
         "encoder_mask": "all-rows",
+        "position_table": table_kind,
         "note": "the official model attends to its zero-padded regions; feed mask=all True (see docs/pretrained.md)",
         **{f"m2_{k}": v for k, v in extra.items()},
     }
