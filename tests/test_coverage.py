@@ -119,6 +119,15 @@ def test_area_thresholds_select_classes_and_skip_empty_columns(scorer):
     assert "model-a" in table and "50.0 (n=1)" in table
 
 
+def test_a_class_exactly_at_the_threshold_is_not_above_it(scorer):
+    """SMArT's columns are '> t': an object covering exactly 10 % is not in the >10% set,
+    neither in the per-image coverage nor in the per-class means."""
+    res = scorer.score(["a bowl"], [{"bowl": 0.1, "chair": 0.2}])
+    assert res[0].coverage[0.10] == 0.0 and res[0].coverage[0.05] == pytest.approx(0.5)
+    per_class = summarize(res)["per_class"]
+    assert set(per_class[">10%"]) == {"chair"} and set(per_class[">5%"]) == {"bowl", "chair"}
+
+
 def test_dropped_nouns_empty_captions_and_counts(scorer):
     res = scorer.score(["a zebra", "", "it is here", "a bowl"],
                        [{"bowl": 0.2}, {"bowl": 0.2}, {"bowl": 0.2}, {}])

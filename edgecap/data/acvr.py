@@ -8,10 +8,14 @@ Layout (one folder per sequence):
     ROOT/000000/0.png            instance mask, 8 or 16 bit; pixel value == mask_id
     ROOT/000000/000000.png       RGB frame (or .jpg; or under a separate images root)
 
-Boxes are inclusive pixel coordinates. Class names are normalised with
-`edgecap.data.classes.canonical_class` (tvmonitor -> television, sofa -> couch, ...). An
-object's area fraction comes from `num_pixels`, else from counting its mask pixels, else from
-its box. The image id of a frame is "<sequence>/<frame id>".
+Read as the challenge's own loader (rvchallenge-evaluation `gt_loader.py`) reads it: classes
+by its class list and synonyms (`edgecap.data.classes.challenge_class`; other names dropped,
+`none`/background instances kept), boxes inclusive and truncated to int (from the mask when a
+label has none), masks through `cv2.IMREAD_ANYDEPTH` (a 3-channel mask becomes greyscale;
+`mask_channel` is ignored, as there), `num_pixels` used when > 0 and otherwise counted in the
+mask. An object's area fraction is that of its bounding box (`area="box"`, SMArT's definition)
+or of its mask pixels (`area="pixels"`). The image id of a frame is "<sequence>/<frame id>".
+docs/coverage.md lists where, and why, edgecap still differs from the challenge's loader.
 """
 
 from __future__ import annotations
@@ -22,11 +26,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgecap.data.classes import ACVR_CLASSES, canonical_class
+from edgecap.data.classes import ACVR_CLASSES, BACKGROUND_CLASS, challenge_class
 from edgecap.errors import EdgecapError
 
-# The challenge maps these to its 'none' class: not objects.
-BACKGROUND = frozenset({"none", "background", "bg", "__background__"})
+AREAS = ("box", "pixels")  # what an object's area fraction measures
 RGB_SUFFIXES = (".png", ".jpg", ".jpeg")
 _KNOWN = frozenset(ACVR_CLASSES)
 
@@ -34,15 +37,16 @@ _KNOWN = frozenset(ACVR_CLASSES)
 @dataclass
 class ACVRObject:
     instance_id: str
-    cls: str                     # canonical class name
+    cls: str                     # the challenge's class name; "none" for background
     raw_class: str               # as written in labels.json
     box: tuple[int, int, int, int]   # left, top, right, bottom, inclusive
-    area: float                  # fraction of the image, 0..1
-    area_source: str             # "num_pixels" | "mask" | "box"
+    area: float                  # fraction of the image, 0..1, by the frame's area kind
+    area_source: str             # "box" | "mask-box" (box from the mask) | "num_pixels" | "mask"
     mask_id: int | None = None
 
     @property
     def known(self) -> bool:
+        """An object class of the challenge (not its background class)."""
         return self.cls in _KNOWN
 
 
@@ -55,12 +59,19 @@ class ACVRFrame:
     mask_path: Path | None
     width: int | None
     height: int | None
-    objects: list[ACVRObject] = field(default_factory=list)
+    objects: list[ACVRObject] = field(default_factory=list)   # background instances included
+    unlisted: list[str] = field(default_factory=list)  # raw classes of dropped instances
+    area_kind: str = "box"
+
+    @property
+    def foreground(self) -> list[ACVRObject]:
+        """The objects a caption can name: the challenge's `none` (background) instances left out."""
+        return [o for o in self.objects if o.cls != BACKGROUND_CLASS]
 
     def class_areas(self) -> dict[str, float]:
         """{class: largest area fraction of any of its instances} (coverage ground truth)."""
         out: dict[str, float] = {}
-        for obj in self.objects:
+        for obj in self.foreground:
             out[obj.cls] = max(out.get(obj.cls, 0.0), obj.area)
         return out
 
@@ -97,28 +108,36 @@ def _image_size(path: Path) -> tuple[int, int] | None:
     return size
 
 
-def _read_mask(path: Path, channel: int | None):
+def _read_mask(path: Path):
+    """As the challenge's loader: IMREAD_ANYDEPTH keeps 16-bit masks 16-bit and reads a colour
+    mask as greyscale (so its mask ids are the grey levels, whatever `mask_channel` says)."""
     import cv2
 
-    mask = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)  # keeps 16-bit masks 16-bit
+    mask = cv2.imread(str(path), cv2.IMREAD_ANYDEPTH)
     if mask is None:
         raise EdgecapError(f"{path}: cannot read mask image")
-    if mask.ndim == 3:
-        # OpenCV is BGR: channel 0 is blue, as in the challenge's own loader.
-        c = 0 if channel is None else int(channel)
-        if not 0 <= c < mask.shape[2]:
-            raise EdgecapError(f"{path}: mask_channel {c} out of range for {mask.shape[2]} channels")
-        mask = mask[:, :, c]
     return mask
+
+
+def _mask_box(mask, mask_id: int, where: str) -> tuple[int, int, int, int]:
+    import numpy as np
+
+    ys, xs = np.nonzero(mask == mask_id)
+    if not len(xs):
+        raise EdgecapError(f"{where}: no 'bounding_box' and no pixel of mask_id {mask_id} in the mask")
+    return int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _box(value, where: str) -> tuple[int, int, int, int]:
     if not isinstance(value, (list, tuple)) or len(value) != 4:
         raise EdgecapError(f"{where}: 'bounding_box' must be [left, top, right, bottom], got {value!r}")
-    try:
-        left, top, right, bottom = (int(round(float(v))) for v in value)
-    except (TypeError, ValueError):
-        raise EdgecapError(f"{where}: 'bounding_box' must hold numbers, got {value!r}") from None
+    if not all(_number(v) for v in value):
+        raise EdgecapError(f"{where}: 'bounding_box' must hold numbers, got {value!r}")
+    left, top, right, bottom = (int(v) for v in value)  # int(), as the challenge's loader
     if right < left or bottom < top:
         raise EdgecapError(f"{where}: 'bounding_box' {value!r} has right < left or bottom < top")
     return left, top, right, bottom
@@ -157,8 +176,60 @@ def _frame_sort_key(key: str):
     return (0, int(key), key) if key.isdigit() else (1, 0, key)
 
 
-def iter_sequence(seq_dir: str | Path, images_root: str | Path | None = None) -> Iterator[ACVRFrame]:
-    """Frames of one sequence folder, in frame order."""
+class _FrameMask:
+    """The frame's mask image, read on first use (box areas need it only for missing boxes)."""
+
+    def __init__(self, path: Path | None):
+        self.path, self._mask = path, None
+
+    @property
+    def present(self) -> bool:
+        return self.path is not None and self.path.is_file()
+
+    def get(self):
+        if self._mask is None:
+            self._mask = _read_mask(self.path)
+        return self._mask
+
+
+def _mask_id(inst: dict, where: str) -> int | None:
+    mask_id = inst.get("mask_id")
+    if mask_id is None or isinstance(mask_id, int):
+        return mask_id
+    try:
+        return int(mask_id)
+    except (TypeError, ValueError):
+        raise EdgecapError(f"{where}: 'mask_id' must be an integer, got {mask_id!r}") from None
+
+
+def _read_object(inst_id: str, inst: dict, cls: str, mask: _FrameMask, total: float, area: str,
+                 where: str) -> ACVRObject:
+    mask_id = _mask_id(inst, where)
+    num_pixels = inst.get("num_pixels")
+    if num_pixels is not None and not _number(num_pixels):
+        raise EdgecapError(f"{where}: 'num_pixels' must be a count, got {num_pixels!r}")
+    box_value = inst.get("bounding_box")
+    if box_value is None or box_value == []:  # the challenge's loader then boxes the mask
+        if mask_id is None or not mask.present:
+            raise EdgecapError(f"{where}: no 'bounding_box', and no mask_id and mask to derive it from")
+        box, box_source = _mask_box(mask.get(), mask_id, where), "mask-box"
+    else:
+        box, box_source = _box(box_value, where), "box"
+    if area == "pixels" and num_pixels is not None and int(num_pixels) > 0:
+        pixels, source = float(int(num_pixels)), "num_pixels"
+    elif area == "pixels" and mask_id is not None and mask.present:  # absent, 0 or negative: count
+        pixels, source = float((mask.get() == mask_id).sum()), "mask"
+    else:
+        left, top, right, bottom = box
+        pixels, source = float((right - left + 1) * (bottom - top + 1)), box_source
+    return ACVRObject(inst_id, cls, inst["class"], box, min(pixels / total, 1.0), source, mask_id)
+
+
+def iter_sequence(seq_dir: str | Path, images_root: str | Path | None = None,
+                  area: str = "box") -> Iterator[ACVRFrame]:
+    """Frames of one sequence folder, in frame order; `area` is "box" or "pixels"."""
+    if area not in AREAS:
+        raise EdgecapError(f"area {area!r}: expected one of {', '.join(AREAS)}")
     seq_dir = Path(seq_dir)
     labels_path = seq_dir / "labels.json"
     labels = read_labels(labels_path)
@@ -182,8 +253,8 @@ def iter_sequence(seq_dir: str | Path, images_root: str | Path | None = None) ->
             size = _image_size(mask_path)
         if size is None and rgb_path is not None:
             size = _image_size(rgb_path)
-        mask = None
-        objects = []
+        mask = _FrameMask(mask_path)
+        objects, unlisted = [], []
         for inst_id in sorted(k for k in entry if not k.startswith("_")):
             inst = entry[inst_id]
             iwhere = f"{where}, instance {inst_id!r}"
@@ -191,40 +262,21 @@ def iter_sequence(seq_dir: str | Path, images_root: str | Path | None = None) ->
                 raise EdgecapError(f"{iwhere}: expected an object, got {type(inst).__name__}")
             if not isinstance(inst.get("class"), str) or not inst["class"].strip():
                 raise EdgecapError(f"{iwhere}: missing 'class' name")
-            cls = canonical_class(inst["class"])
-            if cls in BACKGROUND:
+            cls = challenge_class(inst["class"])
+            if cls is None:
+                unlisted.append(inst["class"])
                 continue
-            box = _box(inst.get("bounding_box"), iwhere)
-            mask_id = inst.get("mask_id")
-            if mask_id is not None and not isinstance(mask_id, int):
-                try:
-                    mask_id = int(mask_id)
-                except (TypeError, ValueError):
-                    raise EdgecapError(f"{iwhere}: 'mask_id' must be an integer, got {mask_id!r}") from None
-            num_pixels = inst.get("num_pixels")
-            if num_pixels is not None and (not isinstance(num_pixels, (int, float)) or num_pixels < -1):
-                raise EdgecapError(f"{iwhere}: 'num_pixels' must be a count, got {num_pixels!r}")
             if size is None:
                 raise EdgecapError(
                     f"{where}: image size unknown (no readable mask {mask_path}, no RGB frame, "
                     "no _metadata width/height)"
                 )
-            total = float(size[0] * size[1])
-            if num_pixels is not None and num_pixels >= 0:
-                pixels, source = float(num_pixels), "num_pixels"
-            elif mask_id is not None and mask_path is not None and mask_path.is_file():
-                if mask is None:
-                    mask = _read_mask(mask_path, meta.get("mask_channel"))
-                pixels, source = float((mask == mask_id).sum()), "mask"
-            else:
-                left, top, right, bottom = box
-                pixels, source = float((right - left + 1) * (bottom - top + 1)), "box"
-            objects.append(ACVRObject(inst_id, cls, inst["class"], box, min(pixels / total, 1.0),
-                                      source, mask_id))
+            objects.append(_read_object(inst_id, inst, cls, mask, float(size[0] * size[1]), area, iwhere))
         yield ACVRFrame(
             image_id=f"{seq_dir.name}/{frame_id}", sequence=seq_dir.name, frame_id=frame_id,
             rgb_path=rgb_path, mask_path=mask_path,
             width=size[0] if size else None, height=size[1] if size else None, objects=objects,
+            unlisted=unlisted, area_kind=area,
         )
 
 
@@ -241,12 +293,14 @@ def sequence_dirs(root: str | Path) -> list[Path]:
     return dirs
 
 
-def load_sequences(root: str | Path, images_root: str | Path | None = None) -> Iterator[ACVRFrame]:
+def load_sequences(root: str | Path, images_root: str | Path | None = None,
+                   area: str = "box") -> Iterator[ACVRFrame]:
     """Every frame of every sequence under root, sequence by sequence, in frame order."""
     for seq_dir in sequence_dirs(root):
-        yield from iter_sequence(seq_dir, images_root)
+        yield from iter_sequence(seq_dir, images_root, area)
 
 
-def load_ground_truth(root: str | Path, images_root: str | Path | None = None) -> dict[str, dict[str, float]]:
+def load_ground_truth(root: str | Path, images_root: str | Path | None = None,
+                      area: str = "box") -> dict[str, dict[str, float]]:
     """{normalised image id: {class: largest area fraction}} for coverage and CHAIR."""
-    return {normalize_image_id(f.image_id): f.class_areas() for f in load_sequences(root, images_root)}
+    return {normalize_image_id(f.image_id): f.class_areas() for f in load_sequences(root, images_root, area)}

@@ -69,3 +69,32 @@ def canonical_class(name: str) -> str:
     """Normalise a label-file class name: lower-case, trimmed, aliases applied."""
     key = " ".join(str(name).strip().lower().replace("_", " ").split())
     return CLASS_NAME_ALIASES.get(key, key)
+
+
+# How the challenge's own ground-truth loader names classes (rvchallenge-evaluation,
+# class_list.py): a label-file name is lower-cased (nothing else) and looked up in its class
+# list, where index 0 is `none` (background), or in these synonyms; any other name is dropped.
+BACKGROUND_CLASS = "none"
+CHALLENGE_SYNONYMS: dict[str, str] = {
+    "tv": "television",
+    "tvmonitor": "television",
+    "computer monitor": "television",
+    "stool": "chair",
+    "sofa": "couch",
+    "diningtable": "dining table",
+    "pottedplant": "potted plant",
+    "cellphone": "cell phone",
+    "wineglass": "wine glass",
+    "background": BACKGROUND_CLASS,
+    "bg": BACKGROUND_CLASS,
+    "__background__": BACKGROUND_CLASS,
+}
+
+
+def challenge_class(name: str) -> str | None:
+    """The challenge's class for a label-file class name (`none` for background), or None for
+    a name its loader does not know, whose instances it drops."""
+    key = name.lower()
+    if key == BACKGROUND_CLASS or key in ACVR_CLASSES:
+        return key
+    return CHALLENGE_SYNONYMS.get(key)

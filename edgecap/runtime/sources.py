@@ -212,7 +212,7 @@ class ACVRSource(Source):
             raise BadFrame(f"{self.name}: frame {frame.image_id} has no RGB image")
         image = check_image(cv2.imread(str(frame.rgb_path), cv2.IMREAD_COLOR), str(frame.rgb_path))
         objects = [KnownObject(o.cls, tuple(float(v) for v in o.box), o.area)
-                   for o in frame.objects]
+                   for o in frame.foreground]
         return Captured(image, index, objects, image_id=frame.image_id)
 
 
