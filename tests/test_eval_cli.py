@@ -14,7 +14,7 @@ SIZE = 100  # 10,000 pixels per frame
 
 
 def write_acvr(root):
-    """Two sequences in the challenge layout; areas from num_pixels."""
+    """Two sequences in the challenge layout; each box covers exactly num_pixels pixels."""
     frames = {
         "000000": {"000000": {"cup": 2000, "laptop": 600, "chair": 50},     # 20%, 6%, 0.5%
                    "000001": {"bottle": 400}},                                # 4%
@@ -29,8 +29,9 @@ def write_acvr(root):
             cv2.imwrite(str(d / f"{frame_id}_mask.png"), np.zeros((SIZE, SIZE), np.uint8))
             entry = {"_metadata": {"mask_name": f"{frame_id}_mask.png"}}
             for k, (cls, px) in enumerate(objs.items()):
-                entry[str(k)] = {"class": cls, "mask_id": k + 1, "bounding_box": [0, 0, 9, 9],
-                                 "num_pixels": px}
+                width = SIZE if px >= SIZE else 10
+                entry[str(k)] = {"class": cls, "mask_id": k + 1,
+                                 "bounding_box": [0, 0, width - 1, px // width - 1], "num_pixels": px}
             labels[frame_id] = entry
         (d / "labels.json").write_text(json.dumps(labels))
     return root
@@ -96,6 +97,43 @@ def test_coverage_table_and_outputs(coverage_run):
     assert {m["class"]: m["profit"] for m in img["matches"][">1%"]} == {"cup": 1.0, "laptop": 1.0}
     assert (out / "coverage_thresholds.png").stat().st_size > 1000
     assert (out / "coverage_classes.png").stat().st_size > 1000
+
+
+def test_box_or_pixel_areas_and_unlisted_classes(tmp_path, capsys):
+    """A cup whose mask covers 0.5 % of the frame but whose box covers 4 %: SMArT's (box) area
+    puts it in the >1% and >3% columns, pixel areas in none; coverage.json says which."""
+    pytest.importorskip("spacy")
+    seq = tmp_path / "acvr" / "000000"
+    seq.mkdir(parents=True)
+    (seq / "labels.json").write_text(json.dumps({"000000": {
+        "_metadata": {"width": SIZE, "height": SIZE},
+        "1": {"class": "cup", "mask_id": 1, "bounding_box": [0, 0, 19, 19], "num_pixels": 50},
+        "2": {"class": "teddy bear", "mask_id": 2, "bounding_box": [0, 0, 49, 49], "num_pixels": 2500},
+        "3": {"class": "background", "mask_id": 0, "bounding_box": [0, 0, 99, 99], "num_pixels": 9000}}}))
+    caps = tmp_path / "caps.json"
+    caps.write_text(json.dumps([{"image_id": "000000/000000", "caption": "a cup"}]))
+    docs = {}
+    for area in ("box", "pixels"):
+        out = tmp_path / area
+        assert main(["eval", "coverage", "--captions", str(caps), "--acvr", str(tmp_path / "acvr"),
+                     "--out", str(out), "--area", area, "--no-plot"]) == 0
+        docs[area] = json.loads((out / "coverage.json").read_text())
+        err = capsys.readouterr().err
+        assert "1 instances of classes outside the challenge's list dropped" in err and "'teddy bear' x1" in err
+    box, pixels = (docs[a]["files"]["caps"]["summary"] for a in ("box", "pixels"))
+    assert {k: v["n_images"] for k, v in box["thresholds"].items()} == {">1%": 1, ">3%": 1, ">5%": 0, ">10%": 0}
+    assert all(v["n_images"] == 0 for v in pixels["thresholds"].values())
+    assert docs["box"]["options"]["area"] == "box" and docs["pixels"]["options"]["area"] == "pixels"
+    assert docs["box"]["options"]["threshold_rule"] == "area > threshold"
+    assert box["counts"]["unlisted_instances"] == {"teddy bear": 1}
+    assert docs["box"]["files"]["caps"]["images"]["000000/000000"]["gt"] == {"cup": 0.04}  # no 'none'
+
+
+def test_area_choices_are_the_loaders():
+    from edgecap.data.acvr import AREAS
+    from edgecap.metrics.command import AREA_CHOICES, AREA_DEFINITIONS
+
+    assert AREA_CHOICES == AREAS == tuple(AREA_DEFINITIONS)
 
 
 def test_runtime_jsonl_dirty_input_is_counted(coverage_run):

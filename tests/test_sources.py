@@ -74,6 +74,22 @@ def test_acvr_sequence_frames_carry_ground_truth(synth_data):
     assert isinstance(make_source(str(synth_data / "acvr")), ACVRSource)
 
 
+def test_acvr_background_instances_are_not_objects_in_view(tmp_path):
+    """The challenge keeps its `none` instances; a frame's objects to name leave them out, and
+    their area is the box's, as SMArT's coverage thresholds use."""
+    import json
+
+    seq = tmp_path / "000000"
+    seq.mkdir()
+    cv2.imwrite(str(seq / "000000.png"), np.zeros((20, 40, 3), np.uint8))
+    (seq / "labels.json").write_text(json.dumps({"000000": {
+        "_metadata": {"width": 40, "height": 20},
+        "1": {"class": "bg", "bounding_box": [0, 0, 39, 19]},
+        "2": {"class": "cup", "bounding_box": [0, 0, 9, 7], "num_pixels": 3}}}))
+    good, _ = _drain(open_source(str(seq)))
+    assert [(o.cls, o.area) for o in good[0].objects] == [("cup", 80 / 800)]
+
+
 def test_video_file_reads_every_frame_then_ends(synth_data):
     video = synth_data / "video" / "tabletop.mp4"
     source = open_source(str(video))
