@@ -13,6 +13,7 @@ import sys
 
 from edgecap import __version__
 from edgecap.errors import EdgecapError, did_you_mean
+from edgecap.io import Terminated, terminate_as_interrupt
 
 # name -> (module, one-line help). Add a command by adding a line here.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -59,10 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     module.add_arguments(parser)
     args = parser.parse_args(rest)
     try:
-        return int(module.run(args) or 0)
+        # SIGTERM (service managers, CI, `kill`) unwinds like Ctrl-C: temporaries are removed
+        with terminate_as_interrupt():
+            return int(module.run(args) or 0)
     except EdgecapError as exc:
         print(f"edgecap {name}: error: {exc}", file=sys.stderr)
         return 1
+    except Terminated as exc:
+        print(f"edgecap {name}: terminated ({exc})", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(f"edgecap {name}: interrupted", file=sys.stderr)
         return 130

@@ -1,56 +1,340 @@
-"""Atomic file writes: write to a temporary file beside the target, then rename."""
+"""How edgecap writes: atomically, never over what it did not write, and tidy after a kill.
+
+Every command that writes a file or a directory goes through here:
+
+- `atomic_path` / `atomic_dir` build the output in a private work directory beside the target
+  (`.NAME.XXXX.edgecap-tmp`) and rename it into place only once it is complete, so the target
+  is never half-written.
+- `check_replaceable` decides what an existing output directory may be replaced by: only an
+  empty directory or, with --force, an edgecap directory of the same kind (`DirKind`) that
+  holds nothing edgecap did not write. Anything else is refused, naming what would be lost.
+- While a work directory is in use its writer holds an flock on its `lock` file. The kernel
+  drops that lock when the writer dies, however it dies (SIGKILL, power loss), so a later
+  write of the same target removes work directories whose lock it can take: they are proven
+  orphans, not guessed ones.
+- `probe_writable` creates (and removes) a file where the output will go, before slow work:
+  `os.access` is not enough (root passes it on /proc and read-only mounts).
+- `terminate_as_interrupt` turns SIGTERM / SIGHUP into an exception so that all of the above
+  cleans up (Python's default for SIGTERM is to die without running `finally` blocks).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fnmatch
 import json
 import os
 import shutil
+import signal
+import socket
+import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
+from edgecap.errors import EdgecapError
 
-def current_umask() -> int:
-    """The process umask, read without changing it where the kernel reports it (Linux >= 4.7);
-    setting and restoring it would briefly give other threads' new files mode 0666."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return umask
+WORK_SUFFIX = ".edgecap-tmp"
+LOCK_NAME = "lock"
+OLD_NAME = "old"
+# errors that mean "cannot write there" wherever they happen, and those that do when they
+# name a path we are writing; both are reported in one line instead of a traceback
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+_WRITE_ERRNOS = (*_FULL_ERRNOS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
+                 errno.EEXIST, errno.ENAMETOOLONG)
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, suffix: str = ""):
-    """Yield a temporary path in the target's directory; rename it onto `path` on success.
+# -- what a directory of ours looks like ------------------------------------------------------
+@dataclass(frozen=True)
+class DirKind:
+    """A directory edgecap writes, recognised by a JSON marker file whose `key` holds `value`."""
 
-    Nothing is left behind when the body raises.
-    """
+    what: str                   # "bundle": used in messages
+    marker: str                 # "manifest.json"
+    key: str
+    value: str
+    entries: tuple[str, ...]    # glob patterns of the top-level names this kind writes
+
+    def owns(self, directory: Path) -> bool:
+        try:
+            data = json.loads((directory / self.marker).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and data.get(self.key) == self.value
+
+    def foreign(self, directory: Path) -> list[str]:
+        """Top-level names in `directory` this kind never writes (someone else put them there)."""
+        return sorted(p.name for p in directory.iterdir()
+                      if not any(fnmatch.fnmatchcase(p.name, pattern) for pattern in self.entries))
+
+
+BUNDLE = DirKind("bundle", "manifest.json", "format", "edgecap-bundle",
+                 ("manifest.json", "*.onnx", "*.onnx.data", "*.engine", "retrieval"))
+RETRIEVAL_INDEX = DirKind("retrieval index", "index.json", "format", "edgecap-retrieval-index",
+                          ("index.json", "index.faiss", "captions.json", "neighbours.npy"))
+SYNTHETIC_WORLD = DirKind("synthetic world", "synth.json", "generator", "edgecap.data.synth",
+                          ("synth.json", "dataset_coco.json", "objects.json", "images", "acvr", "video"))
+KINDS = (BUNDLE, RETRIEVAL_INDEX, SYNTHETIC_WORLD)
+
+
+def _files_listing(directory: Path, limit: int = 4) -> str:
+    """'3 files: a.txt, sub/b.csv, c' — what deleting `directory` would lose."""
+    files = []
+    for root, dirs, names in os.walk(directory):
+        dirs.sort()
+        files += [os.path.relpath(os.path.join(root, n), directory) for n in sorted(names)]
+    shown = ", ".join(files[:limit]) + (f", ... ({len(files) - limit} more)" if len(files) > limit else "")
+    return f"{len(files)} file{'s' * (len(files) != 1)}: {shown}" if files else "its empty subdirectories"
+
+
+def check_replaceable(path: str | os.PathLike, kind: DirKind, force: bool, flag: str = "--out") -> None:
+    """Fail (one line) unless `path` may become a new `kind`: absent, an empty directory, or
+    with `force` an edgecap `kind` holding nothing but what edgecap writes into one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent)
-    os.close(fd)
-    # mkstemp creates 0600; give the final file the permissions a plain open() would
-    os.chmod(tmp, 0o666 & ~current_umask())
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    if not path.exists():
+        if path.is_symlink():
+            raise EdgecapError(f"{flag} {path} is a broken symbolic link; remove it or choose another {flag}")
+        return
+    if not path.is_dir():
+        raise EdgecapError(f"{flag} {path} exists and is not a directory")
+    if not any(path.iterdir()):
+        return
+    if not kind.owns(path):
+        other = next((k for k in KINDS if k is not kind and k.owns(path)), None)
+        what = (f"an edgecap {other.what}, not a {kind.what}" if other else
+                f"not an edgecap {kind.what} (no {kind.marker} of ours)")
+        raise EdgecapError(f"{flag} {path} is {what}; replacing it would delete {_files_listing(path)}; "
+                           f"choose another {flag}")
+    extra = kind.foreign(path)
+    if extra:
+        raise EdgecapError(f"{flag} {path} is an edgecap {kind.what} but also holds what edgecap did not write "
+                           f"({', '.join(extra[:4])}{', ...' if len(extra) > 4 else ''}); move that out first "
+                           f"or choose another {flag}")
+    if not force:
+        raise EdgecapError(f"{flag} {path} already exists; pass --force to replace it")
 
 
 def nearest_existing(path: str | os.PathLike) -> Path:
     """`path` itself or its closest ancestor that exists: where a new file would be created."""
-    probe = Path(path)
+    probe = Path(os.path.abspath(path))
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     return probe
+
+
+def probe_writable(path: str | os.PathLike, flag: str = "--out") -> None:
+    """Fail (one line) unless a file or directory can be created at `path`."""
+    path = Path(path)
+    if path.is_dir() and path.parent == path:
+        raise EdgecapError(f"{flag} {path}: cannot write to the file system root")
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise EdgecapError(f"{flag} {path} exists and is not a regular file or directory")
+    where = nearest_existing(Path(os.path.abspath(path)).parent)
+    if not where.is_dir():
+        raise EdgecapError(f"{flag} {path}: {where} is a file, not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".edgecap-probe.", dir=where)
+    except OSError as exc:
+        raise EdgecapError(f"{flag} {path}: cannot create files in {where} ({exc.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def write_error(exc: OSError, target: Path, flag: str = "", within: Path | None = None) -> EdgecapError | None:
+    """The one-line error for an OSError that means "cannot write `target`", else None.
+
+    With `within`, an error naming a path is one only when that path lies under `within`
+    (a missing input file read while writing is not a write error).
+    """
+    if exc.errno not in _WRITE_ERRNOS:
+        return None
+    if within is not None and exc.errno not in _FULL_ERRNOS:
+        named = exc.filename and os.path.abspath(exc.filename).startswith(str(within) + os.sep)
+        if not named:
+            return None
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(target) else ""
+    return EdgecapError(f"{flag + ' ' if flag else ''}cannot write {target}: {exc.strerror}{where}")
+
+
+# -- work directories: private, locked, renamed into place -----------------------------------
+def _log(message: str) -> None:
+    print(f"edgecap: {message}", file=sys.stderr, flush=True)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: never prove a work directory orphaned
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def remove_orphans(target: str | os.PathLike) -> list[Path]:
+    """Remove the work directories of earlier, dead writers of `target`; -> what was removed.
+
+    A work directory is removed only when its lock can be taken, i.e. no living process holds
+    it. One that still holds the previous `target` (a writer killed between the two renames
+    of a replacement) gets it put back first.
+    """
+    target = Path(os.path.abspath(target))
+    parent = target.parent
+    removed = []
+    try:
+        candidates = [p for p in parent.glob(f".{glob_escape(target.name)}.*{WORK_SUFFIX}") if p.is_dir()]
+    except OSError:
+        return removed
+    for work in candidates:
+        try:
+            fd = os.open(work / LOCK_NAME, os.O_RDWR)
+        except OSError:
+            continue  # no lock file yet (or not ours): not provably orphaned
+        try:
+            if not _try_lock(fd):
+                continue  # its writer is alive
+            old = work / OLD_NAME
+            if old.exists() and not os.path.lexists(target):
+                os.replace(old, target)
+                _log(f"restored {target} from an interrupted replacement")
+            size = _size(work)
+            _remove_tree(work)
+            removed.append(work)
+            _log(f"removed {work.name} ({size / 1e6:.1f} MB), left by an interrupted write of {target.name}")
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _remove_tree(work: Path) -> None:
+    """Delete a work directory, its lock file last, so a half-removed one is never mistaken
+    for an orphan by someone else while we still hold the lock."""
+    for entry in work.iterdir():
+        if entry.name == LOCK_NAME:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+    with contextlib.suppress(OSError):
+        (work / LOCK_NAME).unlink()
+    with contextlib.suppress(OSError):
+        work.rmdir()
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT / SIGTERM / SIGHUP back for a few renames that must happen together."""
+    wanted = {signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM)}
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        yield
+        return
+    saved = signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
+
+
+class _WorkDir:
+    """`.NAME.XXXX.edgecap-tmp/` beside `target`, locked for as long as this process uses it."""
+
+    def __init__(self, target: Path, flag: str):
+        self.target, self.flag = target, flag
+        remove_orphans(target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.path = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=WORK_SUFFIX, dir=target.parent))
+        except OSError as exc:
+            raise write_error(exc, target, flag) or exc from None
+        # The lock is taken before the file gets the name others look for, so whoever sees a
+        # `lock` sees it held.
+        fd, pending = tempfile.mkstemp(prefix=".lock.", dir=self.path)
+        _try_lock(fd)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "target": str(target)}).encode())
+        os.replace(pending, self.path / LOCK_NAME)
+        self.fd = fd
+
+    def close(self) -> None:
+        _remove_tree(self.path)
+        os.close(self.fd)
+
+
+def _absolute(path: str | os.PathLike, flag: str) -> Path:
+    target = Path(os.path.abspath(path))
+    if target.parent == target:
+        raise EdgecapError(f"{flag} {path}: cannot write to the file system root")
+    return target
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = "", flag: str = ""):
+    """Yield a temporary file path (ending in `suffix`); rename it onto `path` on success.
+
+    Nothing is left behind when the body raises or the process is terminated.
+    """
+    target = _absolute(path, flag)
+    name = target.name if not suffix or target.name.endswith(suffix) else target.name + suffix
+    work = _WorkDir(target, flag)
+    try:
+        tmp = work.path / name
+        yield tmp
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise write_error(exc, target, flag, within=work.path) or exc from None
+    finally:
+        work.close()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, kind: DirKind, force: bool = False, flag: str = "--out"):
+    """Yield a temporary directory beside `path`; move it onto `path` on success.
+
+    An existing `path` is replaced only as `check_replaceable` allows (checked before and
+    again just before the swap), and only once the new directory is complete.
+    """
+    target = _absolute(path, flag)
+    check_replaceable(target, kind, force, flag)
+    work = _WorkDir(target, flag)
+    try:
+        tmp = work.path / target.name
+        tmp.mkdir()
+        yield tmp
+        check_replaceable(target, kind, force, flag)
+        old = work.path / OLD_NAME
+        with _signals_deferred():
+            if os.path.lexists(target):
+                os.replace(target, old)
+            try:
+                os.replace(tmp, target)
+            except OSError:
+                if os.path.lexists(old):
+                    os.replace(old, target)
+                raise
+    except OSError as exc:
+        raise write_error(exc, target, flag, within=work.path) or exc from None
+    finally:
+        work.close()
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -62,33 +346,36 @@ def write_json_atomic(path: str | os.PathLike, obj, indent: int | None = 2) -> N
     write_text_atomic(path, json.dumps(obj, indent=indent) + "\n")
 
 
+# -- termination --------------------------------------------------------------------------------
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived; unwinds like Ctrl-C so `finally` blocks clean up."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum, _frame):
+    raise Terminated(signum)
+
+
 @contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike, force: bool = False):
-    """Yield a temporary directory beside `path`; move it onto `path` on success.
-
-    An existing `path` is refused unless `force`; with `force` it is replaced only once the
-    new directory is complete.
-    """
-    from edgecap.errors import EdgecapError
-
-    path = Path(path)
-    if path.exists() and not force:
-        raise EdgecapError(f"{path} already exists; pass --force to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    # mkdtemp creates 0700: a bundle or index read by another user (the robot's service
-    # account) needs the permissions a plain mkdir would give
-    os.chmod(tmp, 0o777 & ~current_umask())
+def terminate_as_interrupt():
+    """Within the block, SIGTERM and SIGHUP raise `Terminated` (where their disposition is
+    still the default: a `nohup` or a parent that ignores them is respected)."""
+    saved = {}
+    if sys.platform != "win32" and _in_main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                saved[sig] = signal.signal(sig, _raise_terminated)
     try:
-        yield tmp
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -87,12 +87,50 @@ def test_static_int8_writes_qdq_graphs(ckpt, tmp_path):
 
 
 def test_existing_bundle_is_refused_without_force(run_cli, ckpt, tmp_path):
-    out = tmp_path / "taken"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
+    out = tmp_path / "b"
+    assert run_cli("export", ckpt, "--engine", "onnx", "--out", out, "--samples", 1, "--quiet")[0] == 0
     code, _, err = run_cli("export", ckpt, "--engine", "onnx", "--out", out)
     _one_line_error(code, err, "already exists", "--force")
-    assert (out / "keep.txt").read_text() == "mine"
+    load_manifest(out)
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_a_user_directory_is_never_replaced(run_cli, ckpt, tmp_path, force):
+    out = tmp_path / "taken"
+    (out / "sub").mkdir(parents=True)
+    (out / "notes.txt").write_text("mine")
+    (out / "sub" / "data.csv").write_text("1,2")
+    code, _, err = run_cli("export", ckpt, "--engine", "onnx", "--out", out, *force)
+    _one_line_error(code, err, str(out), "not an edgecap bundle", "2 files: notes.txt, sub/data.csv")
+    assert (out / "notes.txt").read_text() == "mine" and (out / "sub" / "data.csv").read_text() == "1,2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_force_refuses_a_bundle_holding_user_files(run_cli, ckpt, tmp_path):
+    out = tmp_path / "b"
+    assert run_cli("export", ckpt, "--engine", "onnx", "--out", out, "--samples", 1, "--quiet")[0] == 0
+    (out / "notes.txt").write_text("mine")
+    code, _, err = run_cli("export", ckpt, "--engine", "onnx", "--out", out, "--force", "--samples", 1)
+    _one_line_error(code, err, "is an edgecap bundle but also holds", "notes.txt")
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_force_will_not_turn_another_edgecap_directory_into_a_bundle(run_cli, ckpt, tmp_path):
+    world = tmp_path / "world"
+    world.mkdir()
+    (world / "synth.json").write_text(json.dumps({"generator": "edgecap.data.synth"}))
+    (world / "dataset_coco.json").write_text("{}")
+    code, _, err = run_cli("export", ckpt, "--engine", "onnx", "--out", world, "--force")
+    _one_line_error(code, err, "is an edgecap synthetic world, not a bundle")
+    assert (world / "dataset_coco.json").is_file()
+
+
+def test_force_replaces_an_empty_directory(run_cli, ckpt, tmp_path):
+    out = tmp_path / "empty"
+    out.mkdir()
+    code, _, err = run_cli("export", ckpt, "--engine", "onnx", "--out", out, "--samples", 1, "--quiet")
+    assert code == 0, err
+    load_manifest(out)
 
 
 def test_corrupt_checkpoint_is_refused(run_cli, tmp_path):
@@ -107,7 +145,7 @@ def test_unwritable_out_dir_is_refused(run_cli, ckpt, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     code, _, err = run_cli("export", ckpt, "--engine", "onnx", "--out", blocker / "bundle")
-    _one_line_error(code, err, "cannot write bundle", "not a directory")
+    _one_line_error(code, err, f"--out {blocker / 'bundle'}", "is a file, not a directory")
 
 
 @pytest.mark.parametrize("argv, needles", [

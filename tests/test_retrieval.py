@@ -137,6 +137,19 @@ def test_index_build_cli_from_hdf5_features(tmp_path, run_cli):
     code, _, err = run_cli("index", "build", "--features", tmp_path / "feats.h5", "--split-file",
                            tmp_path / "dataset_coco.json", "--out", tmp_path / "idx")
     assert code == 1 and "already exists" in err
+    build = ["index", "build", "--features", tmp_path / "feats.h5", "--split-file", tmp_path / "dataset_coco.json"]
+    code, _, err = run_cli(*build, "--out", tmp_path / "idx", "-k", "2", "--force")
+    assert code == 0, err
+    assert CaptionIndex.load(tmp_path / "idx").meta["k"] == 2
+    # --force replaces only an index of ours: a user's directory is left alone, named in one line
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "notes.txt").write_text("keep")
+    (mine / "sub" / "data.csv").write_text("1,2")
+    code, _, err = run_cli(*build, "--out", mine, "--force")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "not an edgecap retrieval index" in err and "notes.txt, sub/data.csv" in err
+    assert (mine / "notes.txt").read_text() == "keep" and (mine / "sub" / "data.csv").read_text() == "1,2"
     code, _, err = run_cli("index", "build", "--checkpoint", tmp_path / "x.pt", "--split-file",
                            tmp_path / "dataset_coco.json", "--out", tmp_path / "idx2")
     assert code == 1 and "--checkpoint needs --images" in err

@@ -204,9 +204,17 @@ def test_cli_writes_and_refuses_bad_input(tmp_path, run_cli):
     assert code == 0 and "wrote 5 images" in stdout
     assert (out / "dataset_coco.json").is_file()
     code, _, err = run_cli(*args, "--images", 5)
-    assert code == 1 and "not empty" in err and "--force" in err and len(err.splitlines()) == 1
+    assert code == 1 and "already exists" in err and "--force" in err and len(err.splitlines()) == 1
     assert run_cli(*args, "--images", 4, "--force")[0] == 0
     assert len(json.loads((out / "dataset_coco.json").read_text())["images"]) == 4
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "notes.txt").write_text("keep")
+    (mine / "sub" / "data.csv").write_text("1,2")
+    code, _, err = run_cli(*args[:3], mine, *args[4:], "--images", 4, "--force")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert f"--out {mine} is not an edgecap synthetic world" in err and "notes.txt, sub/data.csv" in err
+    assert (mine / "notes.txt").read_text() == "keep" and (mine / "sub" / "data.csv").read_text() == "1,2"
     code, _, err = run_cli(*args[:3], tmp_path / "x", "--images", -1)
     assert code == 1 and "--images" in err and "-1" in err
     assert not (tmp_path / "x").exists()

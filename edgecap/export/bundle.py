@@ -2,7 +2,8 @@
 
 Everything is written into a temporary directory beside the target and renamed onto it only
 after the parity gate passed (`edgecap.io.atomic_dir`), so a failed or interrupted export
-leaves no partial bundle; an existing bundle is replaced only with --force.
+leaves no partial bundle; an existing bundle is replaced only with --force, and nothing that
+is not an edgecap bundle is ever replaced.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from edgecap.errors import EdgecapError, require
 from edgecap.export.formats import ExportSettings
-from edgecap.io import atomic_dir, nearest_existing, write_json_atomic
+from edgecap.io import BUNDLE, atomic_dir, check_replaceable, probe_writable, write_json_atomic
 from edgecap.runtime.manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME, Manifest, sha256_file
 
 
@@ -33,15 +34,11 @@ class ExportResult:
 
 def check_writable(out: Path, force: bool, hint: str = "") -> None:
     """Fail before the slow work when the bundle could not be written."""
-    if out.exists() and not force:
-        raise EdgecapError(f"{out} already exists; pass --force to replace it{hint}")
-    if out.exists() and not out.is_dir():
-        raise EdgecapError(f"cannot write bundle {out}: it exists and is not a directory{hint}")
-    parent = nearest_existing(out.parent)
-    if not parent.is_dir():
-        raise EdgecapError(f"cannot write bundle {out}: {parent} is a file, not a directory{hint}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise EdgecapError(f"cannot write bundle {out}: {parent} is not writable{hint}")
+    try:
+        check_replaceable(out, BUNDLE, force)
+        probe_writable(out)
+    except EdgecapError as exc:
+        raise EdgecapError(f"{exc}{hint}") from None
 
 
 def default_out(checkpoint: Path, s: ExportSettings) -> Path:
@@ -110,95 +107,92 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
     graphs = spec.graphs()
     trt = fmt.name == "trt"
     steps = len(graphs) * (2 if trt else 1) + 2
-    try:
-        with atomic_dir(out, force=settings.force) as tmp, _progress(steps, progress) as bar:
-            # 1. fp32 ONNX graphs, checked for static shapes and TensorRT-compatible ops
-            infos, checks = {}, {}
-            ranges = {"token": (0, cfg.vocab_size - 1), "step": (0, cfg.max_len - 1)}
-            for g in graphs:
-                bar.set_postfix_str(f"onnx {g.role}")
-                infos[g.role] = export_graph(g, tmp / f"{g.role}.onnx", settings.opset, settings.exporter)
-                report = compat.check_file(tmp / f"{g.role}.onnx", ranges, run_polygraphy=trt)
-                checks[f"{g.role}.onnx"] = {"tensorrt_compatible": report.ok, "problems": report.problems}
-                if trt:
-                    compat.require_compatible([report])
-                bar.update()
-            data = {
-                "format": FORMAT, "format_version": FORMAT_VERSION,
-                "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "model": {"name": cfg.name, "family": cfg.family, "decoder": cfg.decoder,
-                          "config": cfg.to_dict(), "parameters": ckpt.model.num_parameters(),
-                          "checkpoint": checkpoint.name},
-                "input": "images" if spec.takes_images else "features",
-                "batch_size": settings.batch, "beam_size": settings.beam, "max_len": cfg.max_len,
-                "vocab": {"itos": list(vocab.itos), "pad_id": vocab.pad_id, "bos_id": vocab.bos_id,
-                          "eos_id": vocab.eos_id, "unk_id": vocab.unk_id},
-                "preprocessing": spec.preprocessing(),
-                "decoding": {"beam_size": settings.beam, "max_len": cfg.max_len, "length_penalty": 0.0},
-                "state": spec.state(),
-                "graphs": [_graph_entry(g.role, f"{g.role}.onnx", tmp, "onnxruntime", "fp32", infos[g.role]) for g in graphs],
-                "checks": checks,
-                "target": settings.target,
-                "versions": versions(),
-            }
-            retrieval = spec.assets(tmp, vocab)
-            if retrieval:
-                data["retrieval"] = {**retrieval, "sha256": {retrieval[k]: sha256_file(tmp / retrieval[k])
-                                                             for k in ("index", "tokens")}}
-            _write_manifest(tmp, data)
-            np_batches = [tuple(x.numpy() for x in b) for b in inputs.batches]
-
-            # 2. reduced precision: ONNX graphs rewritten in place (TensorRT builds from them)
-            onnx_precision = settings.precision if not trt else ("int8" if settings.precision == "int8" and settings.int8_mode == "qdq" else "fp32")
-            feeds = None
-            needs_feeds = (onnx_precision == "int8" and (trt or settings.quantize == "static")) or (
-                trt and settings.precision == "int8" and settings.int8_mode == "calibrator")
-            if needs_feeds:
-                bar.set_postfix_str("calibration inputs")
-                from edgecap.export.calibration import record_feeds
-
-                feeds = record_feeds(Bundle.load(tmp, providers=["CPUExecutionProvider"], engine="onnxruntime"), np_batches)
-            if onnx_precision != "fp32":
-                from edgecap.export.quantize import convert_fp16, quantize_int8
-
-                mode = "static" if trt else settings.quantize
-                for entry in data["graphs"]:
-                    path = tmp / entry["file"]
-                    bar.set_postfix_str(f"{onnx_precision} {entry['role']}")
-                    if onnx_precision == "fp16":
-                        entry["precision"] = convert_fp16(path, path)
-                    else:
-                        entry["precision"] = quantize_int8(path, path, mode, (feeds or {}).get(entry["role"]))
-                    entry["sha256"] = sha256_file(path)
-            # 3. TensorRT engines beside their ONNX source
+    with atomic_dir(out, BUNDLE, force=settings.force) as tmp, _progress(steps, progress) as bar:
+        # 1. fp32 ONNX graphs, checked for static shapes and TensorRT-compatible ops
+        infos, checks = {}, {}
+        ranges = {"token": (0, cfg.vocab_size - 1), "step": (0, cfg.max_len - 1)}
+        for g in graphs:
+            bar.set_postfix_str(f"onnx {g.role}")
+            infos[g.role] = export_graph(g, tmp / f"{g.role}.onnx", settings.opset, settings.exporter)
+            report = compat.check_file(tmp / f"{g.role}.onnx", ranges, run_polygraphy=trt)
+            checks[f"{g.role}.onnx"] = {"tensorrt_compatible": report.ok, "problems": report.problems}
             if trt:
-                from edgecap.export.tensorrt import build_engine, engine_name
-
-                cache = Path(settings.timing_cache) if settings.timing_cache else None
-                for entry in list(data["graphs"]):
-                    bar.set_postfix_str(f"tensorrt {entry['role']}")
-                    rows = settings.batch * (settings.beam if entry["role"] == "decoder_step" else 1)
-                    name = engine_name(entry["role"], rows, settings.precision)
-                    info = build_engine(tmp / entry["file"], tmp / name, settings.precision, settings.workspace, cache,
-                                        settings.int8_mode, (feeds or {}).get(entry["role"]))
-                    data["graphs"].append(_graph_entry(entry["role"], name, tmp, "tensorrt", settings.precision,
-                                                       entry, source=entry["file"], tensorrt=info))
-                    bar.update()
-            _write_manifest(tmp, data)
-
-            # 4. the parity gate, on every engine the bundle carries
-            parity = {}
-            engines = ["onnxruntime"] + (["tensorrt"] if trt else [])
-            for engine in engines:
-                bar.set_postfix_str(f"parity {engine}")
-                bundle = Bundle.load(tmp, providers=["CPUExecutionProvider"], engine=engine)
-                precision = settings.precision if engine == "tensorrt" else onnx_precision
-                parity[engine] = parity_gate(spec, bundle, inputs, precision, vocab)
-                require_parity(parity[engine])
-                bar.update()
-            data["parity"] = parity
-            manifest = _write_manifest(tmp, data)
+                compat.require_compatible([report])
             bar.update()
-    except PermissionError as exc:
-        raise EdgecapError(f"cannot write bundle {out}: {exc.strerror or exc}") from exc
+        data = {
+            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "model": {"name": cfg.name, "family": cfg.family, "decoder": cfg.decoder,
+                      "config": cfg.to_dict(), "parameters": ckpt.model.num_parameters(),
+                      "checkpoint": checkpoint.name},
+            "input": "images" if spec.takes_images else "features",
+            "batch_size": settings.batch, "beam_size": settings.beam, "max_len": cfg.max_len,
+            "vocab": {"itos": list(vocab.itos), "pad_id": vocab.pad_id, "bos_id": vocab.bos_id,
+                      "eos_id": vocab.eos_id, "unk_id": vocab.unk_id},
+            "preprocessing": spec.preprocessing(),
+            "decoding": {"beam_size": settings.beam, "max_len": cfg.max_len, "length_penalty": 0.0},
+            "state": spec.state(),
+            "graphs": [_graph_entry(g.role, f"{g.role}.onnx", tmp, "onnxruntime", "fp32", infos[g.role]) for g in graphs],
+            "checks": checks,
+            "target": settings.target,
+            "versions": versions(),
+        }
+        retrieval = spec.assets(tmp, vocab)
+        if retrieval:
+            data["retrieval"] = {**retrieval, "sha256": {retrieval[k]: sha256_file(tmp / retrieval[k])
+                                                         for k in ("index", "tokens")}}
+        _write_manifest(tmp, data)
+        np_batches = [tuple(x.numpy() for x in b) for b in inputs.batches]
+
+        # 2. reduced precision: ONNX graphs rewritten in place (TensorRT builds from them)
+        onnx_precision = settings.precision if not trt else ("int8" if settings.precision == "int8" and settings.int8_mode == "qdq" else "fp32")
+        feeds = None
+        needs_feeds = (onnx_precision == "int8" and (trt or settings.quantize == "static")) or (
+            trt and settings.precision == "int8" and settings.int8_mode == "calibrator")
+        if needs_feeds:
+            bar.set_postfix_str("calibration inputs")
+            from edgecap.export.calibration import record_feeds
+
+            feeds = record_feeds(Bundle.load(tmp, providers=["CPUExecutionProvider"], engine="onnxruntime"), np_batches)
+        if onnx_precision != "fp32":
+            from edgecap.export.quantize import convert_fp16, quantize_int8
+
+            mode = "static" if trt else settings.quantize
+            for entry in data["graphs"]:
+                path = tmp / entry["file"]
+                bar.set_postfix_str(f"{onnx_precision} {entry['role']}")
+                if onnx_precision == "fp16":
+                    entry["precision"] = convert_fp16(path, path)
+                else:
+                    entry["precision"] = quantize_int8(path, path, mode, (feeds or {}).get(entry["role"]))
+                entry["sha256"] = sha256_file(path)
+        # 3. TensorRT engines beside their ONNX source
+        if trt:
+            from edgecap.export.tensorrt import build_engine, engine_name
+
+            cache = Path(settings.timing_cache) if settings.timing_cache else None
+            for entry in list(data["graphs"]):
+                bar.set_postfix_str(f"tensorrt {entry['role']}")
+                rows = settings.batch * (settings.beam if entry["role"] == "decoder_step" else 1)
+                name = engine_name(entry["role"], rows, settings.precision)
+                info = build_engine(tmp / entry["file"], tmp / name, settings.precision, settings.workspace, cache,
+                                    settings.int8_mode, (feeds or {}).get(entry["role"]))
+                data["graphs"].append(_graph_entry(entry["role"], name, tmp, "tensorrt", settings.precision,
+                                                   entry, source=entry["file"], tensorrt=info))
+                bar.update()
+        _write_manifest(tmp, data)
+
+        # 4. the parity gate, on every engine the bundle carries
+        parity = {}
+        engines = ["onnxruntime"] + (["tensorrt"] if trt else [])
+        for engine in engines:
+            bar.set_postfix_str(f"parity {engine}")
+            bundle = Bundle.load(tmp, providers=["CPUExecutionProvider"], engine=engine)
+            precision = settings.precision if engine == "tensorrt" else onnx_precision
+            parity[engine] = parity_gate(spec, bundle, inputs, precision, vocab)
+            require_parity(parity[engine])
+            bar.update()
+        data["parity"] = parity
+        manifest = _write_manifest(tmp, data)
+        bar.update()
     return ExportResult(out, manifest, defaulted=not settings.out)

@@ -15,7 +15,7 @@ import numpy as np
 
 from edgecap.contract.beam import DecodeOptions
 from edgecap.errors import EdgecapError
-from edgecap.io import atomic_dir
+from edgecap.io import BUNDLE, atomic_dir
 from edgecap.runtime.manifest import MANIFEST_NAME, Manifest, load_manifest
 
 
@@ -72,9 +72,12 @@ def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
         raise EdgecapError("rebuilding from a bundle supports --int8-mode qdq only (the calibrator needs the checkpoint)")
     data = manifest.to_dict()
     sources = [g for g in data["graphs"] if g["engine"] == "onnxruntime"]
-    with atomic_dir(out, force=True) as tmp:
-        for g in sources:
-            shutil.copy2(bundle_dir / g["file"], tmp / g["file"])
+    engines = {g["file"] for g in data["graphs"] if g["engine"] == "tensorrt"}
+    with atomic_dir(out, BUNDLE, force=settings.force) as tmp:
+        # everything but the old engines: the graphs and a RA-T bundle's retrieval assets
+        for file in [f for f, _ in manifest.files() if f not in engines]:
+            (tmp / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(bundle_dir / file, tmp / file)
         data["graphs"] = list(sources)
         cache = Path(settings.timing_cache) if settings.timing_cache else None
         for g in sources:

@@ -122,7 +122,11 @@ def run(args) -> int:
     import time
 
     from edgecap.data.karpathy import load_karpathy
+    from edgecap.io import RETRIEVAL_INDEX, check_replaceable, probe_writable
     from edgecap.retrieval.index import CaptionIndex
+
+    check_replaceable(args.out, RETRIEVAL_INDEX, args.force)  # before the slow part
+    probe_writable(args.out)
 
     if args.checkpoint and not args.images:
         raise EdgecapError("--checkpoint needs --images (the image root of the split file)")

@@ -141,11 +141,11 @@ class CaptionIndex:
         return np.array([self._row_of[str(i)] for i in image_ids], dtype=np.int64)
 
     def save(self, out: str | os.PathLike, force: bool = False) -> Path:
-        from edgecap.io import atomic_dir
+        from edgecap.io import RETRIEVAL_INDEX, atomic_dir
 
         faiss = _faiss()
         out = Path(out)
-        with atomic_dir(out, force=force) as tmp:
+        with atomic_dir(out, RETRIEVAL_INDEX, force=force) as tmp:
             faiss.write_index(self.index, str(tmp / "index.faiss"))
             (tmp / "captions.json").write_text(
                 json.dumps({"image_ids": self.image_ids, "captions": self.captions}), encoding="utf-8"

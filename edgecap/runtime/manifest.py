@@ -331,6 +331,12 @@ class Manifest:
             if g.engine == "tensorrt" and g.source and not any(s.file == g.source for s in self.graphs):
                 raise ManifestError(f"{where}.graphs: engine {g.file} names source {g.source!r}, which is not listed")
 
+    def files(self) -> list[tuple[str, str]]:
+        """(file, sha256) of every file the bundle carries besides manifest.json."""
+        extra = self.retrieval  # only the two files it names, each with its hash
+        return [(e.file, e.sha256) for e in self.graphs] + [
+            (extra[k], extra["sha256"][extra[k]]) for k in ("index", "tokens") if extra]
+
     def graph(self, role: str, engine: str = "onnxruntime") -> GraphEntry | None:
         return next((g for g in self.graphs if g.role == role and g.engine == engine), None)
 
@@ -381,10 +387,7 @@ def read_manifest(bundle_dir: str | os.PathLike) -> Manifest:
 def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest) -> None:
     """Check every listed file exists and has its recorded sha256."""
     root = Path(bundle_dir)
-    extra = manifest.retrieval  # only the two files it names, each with its hash
-    files = [(e.file, e.sha256) for e in manifest.graphs] + [
-        (extra[k], extra["sha256"][extra[k]]) for k in ("index", "tokens") if extra]
-    for file, sha256 in files:
+    for file, sha256 in manifest.files():
         path = root / file
         if not path.is_file():
             raise ManifestError(f"bundle {root}: {file} is listed in {MANIFEST_NAME} but missing")

@@ -11,13 +11,12 @@ Layout of `out`:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
 from edgecap.errors import EdgecapError, require
-from edgecap.io import atomic_dir, nearest_existing
+from edgecap.io import SYNTHETIC_WORLD, atomic_dir, check_replaceable, probe_writable
 
 from .grammar import captions
 from .scene import render, sample_scene
@@ -65,21 +64,6 @@ def _check(n_images, seed, size, sequences, frames_per_sequence, video_frames, v
         raise EdgecapError(f"--format must be one of {', '.join(IMAGE_FORMATS)}, got {image_format!r}")
 
 
-def _prepare_out(out: Path, force: bool) -> None:
-    if out.exists():
-        if not out.is_dir():
-            raise EdgecapError(f"--out {out} exists and is not a directory")
-        if any(out.iterdir()) and not force:
-            raise EdgecapError(f"--out {out} is not empty; pass --force to replace it")
-        if not any(out.iterdir()):
-            out.rmdir()  # an empty directory is fine: replace it atomically below
-    probe = nearest_existing(out.parent if str(out.parent) else Path("."))
-    if not probe.is_dir():
-        raise EdgecapError(f"--out {out}: {probe} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise EdgecapError(f"--out {out}: cannot write to {probe}")
-
-
 def generate_dataset(out, n_images: int, seed: int = 0, size: int = 128, sequences: int = 2,
                      frames_per_sequence: int = 20, video_frames: int = 150,
                      video_size: int | None = None, fps: float = 15.0,
@@ -89,12 +73,13 @@ def generate_dataset(out, n_images: int, seed: int = 0, size: int = 128, sequenc
     video_size = size if video_size is None else video_size
     _check(n_images, seed, size, sequences, frames_per_sequence, video_frames, video_size, image_format)
     out = Path(out)
-    _prepare_out(out, force)
+    check_replaceable(out, SYNTHETIC_WORLD, force)  # before the slow part
+    probe_writable(out)
     tqdm = require("tqdm", "train", "progress bars").tqdm
     total = n_images + sequences * frames_per_sequence + video_frames
     bar = tqdm(total=total, desc="synth", unit="img", disable=not progress, dynamic_ncols=True)
     try:
-        with atomic_dir(out, force=True) as tmp:
+        with atomic_dir(out, SYNTHETIC_WORLD, force=force) as tmp:
             images = _write_karpathy(tmp, n_images, seed, size, image_format, bar)
             for j in range(sequences):
                 _write_sequence(tmp / "acvr" / f"{j:06d}", seed, j, size, frames_per_sequence, bar)
@@ -106,8 +91,6 @@ def generate_dataset(out, n_images: int, seed: int = 0, size: int = 128, sequenc
                         "video_frames": video_frames, "video_size": video_size, "fps": fps,
                         "image_format": image_format}
             dump_json(tmp / "synth.json", settings)
-    except PermissionError as exc:
-        raise EdgecapError(f"--out {out}: {exc.strerror or exc}") from exc
     finally:
         bar.close()
     return {"out": str(out), "images": len(images), "sequences": sequences,

@@ -1,0 +1,203 @@
+"""edgecap.io: atomic writes, what --force may replace, SIGTERM, and removing proven orphans."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgecap.errors import EdgecapError
+from edgecap.io import (
+    BUNDLE,
+    LOCK_NAME,
+    OLD_NAME,
+    WORK_SUFFIX,
+    atomic_dir,
+    atomic_path,
+    check_replaceable,
+    probe_writable,
+    remove_orphans,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Writes TARGET through atomic_dir or atomic_path, says "ready" and waits to be killed.
+WRITER = """
+import sys, time
+from pathlib import Path
+from edgecap.io import BUNDLE, atomic_dir, atomic_path
+how, target = sys.argv[1], sys.argv[2]
+if how == "dir":
+    with atomic_dir(target, BUNDLE) as tmp:
+        (tmp / "encoder.onnx").write_bytes(b"0" * 100_000)
+        print("ready", flush=True)
+        time.sleep(120)
+else:
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(b"0" * 100_000)
+        print("ready", flush=True)
+        time.sleep(120)
+"""
+
+
+def _work_dirs(parent: Path) -> list[Path]:
+    return sorted(p for p in parent.iterdir() if p.name.endswith(WORK_SUFFIX))
+
+
+def _start_writer(how: str, target: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, how, str(target)], stdout=subprocess.PIPE,
+                            cwd=REPO, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def _bundle(path: Path, **extra) -> Path:
+    path.mkdir(parents=True)
+    (path / "manifest.json").write_text(json.dumps({"format": "edgecap-bundle", **extra}))
+    (path / "encoder.onnx").write_bytes(b"graph")
+    return path
+
+
+@pytest.mark.parametrize("how", ["dir", "file"])
+def test_a_killed_writer_leaves_a_work_dir_the_next_write_removes(tmp_path, how, capsys):
+    target = tmp_path / ("bundle" if how == "dir" else "last.pt")
+    proc = _start_writer(how, target)
+    try:
+        [work] = _work_dirs(tmp_path)
+        assert work.name.startswith(f".{target.name}.")
+        assert remove_orphans(target) == []  # its writer is alive: not touched
+        assert work.is_dir()
+    finally:
+        proc.send_signal(signal.SIGKILL)  # no handler runs: only the kernel's lock release helps
+        proc.wait()
+    assert _work_dirs(tmp_path) == [work] and not target.exists()
+    if how == "dir":
+        with atomic_dir(target, BUNDLE) as tmp:
+            (tmp / "manifest.json").write_text("{}")
+    else:
+        with atomic_path(target) as tmp:
+            tmp.write_text("new")
+    assert _work_dirs(tmp_path) == []
+    assert f"removed {work.name} (0.1 MB), left by an interrupted write of {target.name}" in capsys.readouterr().err
+    assert target.exists()
+
+
+def test_an_interrupted_replacement_puts_the_old_directory_back(tmp_path):
+    target = tmp_path / "bundle"
+    work = tmp_path / f".bundle.abc{WORK_SUFFIX}"
+    _bundle(work / OLD_NAME, note="previous")  # killed between the two renames of a replacement
+    (work / LOCK_NAME).write_text("{}")
+    assert remove_orphans(target) == [work]
+    assert json.loads((target / "manifest.json").read_text())["note"] == "previous"
+    assert not work.exists()
+
+
+def test_work_dirs_of_others_are_left_alone(tmp_path):
+    target = tmp_path / "bundle"
+    unlocked = tmp_path / f".bundle.xyz{WORK_SUFFIX}"  # no lock file: cannot be proven orphaned
+    unlocked.mkdir()
+    other = tmp_path / ".bundle.k2j3"  # someone else's hidden directory
+    other.mkdir()
+    assert remove_orphans(target) == []
+    assert unlocked.is_dir() and other.is_dir()
+
+
+def test_failed_body_leaves_nothing_and_keeps_the_old_target(tmp_path):
+    target = _bundle(tmp_path / "bundle", note="old")
+    with pytest.raises(RuntimeError), atomic_dir(target, BUNDLE, force=True) as tmp:
+        (tmp / "manifest.json").write_text("{}")
+        raise RuntimeError("parity failed")
+    assert json.loads((target / "manifest.json").read_text())["note"] == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+
+
+def test_new_directories_and_files_get_normal_permissions(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        with atomic_dir(tmp_path / "bundle", BUNDLE) as tmp:
+            (tmp / "manifest.json").write_text("{}")
+        with atomic_path(tmp_path / "x.json") as tmp:
+            tmp.write_text("{}")
+    finally:
+        os.umask(umask)
+    # a robot service running as another user can read the bundle
+    assert (tmp_path / "bundle").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "x.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_replaceable_rules(tmp_path):
+    check_replaceable(tmp_path / "new", BUNDLE, force=False)
+    (tmp_path / "empty").mkdir()
+    check_replaceable(tmp_path / "empty", BUNDLE, force=False)
+    ours = _bundle(tmp_path / "ours")
+    check_replaceable(ours, BUNDLE, force=True)
+    with pytest.raises(EdgecapError, match="already exists; pass --force"):
+        check_replaceable(ours, BUNDLE, force=False)
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(7):
+        (many / f"f{i}.txt").write_text("x")
+    with pytest.raises(EdgecapError, match=r"would delete 7 files: f0.txt, f1.txt, f2.txt, f3.txt, \.\.\. \(3 more\)"):
+        check_replaceable(many, BUNDLE, force=True)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(EdgecapError, match="exists and is not a directory"):
+        check_replaceable(tmp_path / "file", BUNDLE, force=True)
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "manifest.json").write_text('{"format": "something-else"}')
+    with pytest.raises(EdgecapError, match="not an edgecap bundle"):
+        check_replaceable(fake, BUNDLE, force=True)
+
+
+def test_probe_refuses_places_nothing_can_be_written(tmp_path):
+    probe_writable(tmp_path / "a" / "b" / "new")
+    assert not (tmp_path / "a").exists()  # probing creates nothing that stays
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(EdgecapError, match="is a file, not a directory"):
+        probe_writable(tmp_path / "file" / "out")
+    with pytest.raises(EdgecapError, match=r"--out /proc/edgecap-out: cannot create files in /proc"):
+        probe_writable("/proc/edgecap-out")  # root passes os.access here; creating fails
+    with pytest.raises(EdgecapError, match="file system root"):
+        probe_writable("/")
+
+
+def _wait_for_work_dir(parent: Path, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not (parent.is_dir() and [p for p in parent.iterdir() if p.name.startswith(".") and p.is_dir()]):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the command never started writing"
+        time.sleep(0.05)
+
+
+def _sigterm_midway(argv: list, parent: Path) -> tuple[int, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "edgecap.cli", *map(str, argv)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_work_dir(parent, proc)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return proc.returncode, err
+
+
+def test_sigterm_during_data_synth_leaves_nothing(tmp_path):
+    code, err = _sigterm_midway(["data", "synth", "--out", tmp_path / "synsig", "--images", 5000, "--size", 64,
+                                 "--quiet"], tmp_path)
+    assert code == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1] == "edgecap data: terminated (SIGTERM)"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_during_export_leaves_nothing(tmp_path):
+    from tests._export_util import save_tiny
+
+    ckpt = save_tiny(tmp_path / "ckpt" / "smart.pt", "smart")
+    code, err = _sigterm_midway(["export", ckpt, "--engine", "onnx", "--out", tmp_path / "out" / "bundle",
+                                 "--samples", 64, "--quiet"], tmp_path / "out")
+    assert code == 128 + signal.SIGTERM, err
+    assert list((tmp_path / "out").iterdir()) == []
