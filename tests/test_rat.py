@@ -201,7 +201,7 @@ print(json.dumps({"tokens": hyp.tokens[:, 0].tolist(), "memory": memory.tolist()
 
 
 @pytest.mark.slow
-def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_path, run_cli):
+def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_path, run_cli, monkeypatch):
     import json
     import subprocess
     import sys
@@ -255,8 +255,25 @@ def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_pa
                    extra=(torch.from_numpy(memory),))
     assert report["tokens"] == hyp.tokens[:, 0].tolist()
 
-    # a tampered token table is refused like a tampered graph
+    # rebuilding the TensorRT engines on the robot keeps the retrieval assets (engines faked:
+    # no GPU here; what is checked is the bundle the rebuild writes around them)
+    import edgecap.export.rebuild as rebuild
+    import edgecap.export.tensorrt as tensorrt
+    from edgecap.export.formats import resolve_settings
     from edgecap.runtime.session import Bundle
+
+    def fake_engine(onnx_path, engine_path, *args):
+        engine_path.write_bytes(onnx_path.read_bytes())
+        return {"version": "10.0", "gpu": "test", "compute_capability": "8.7", "workspace_mb": 1, "int8_mode": ""}
+
+    monkeypatch.setattr(tensorrt, "build_engine", fake_engine)
+    monkeypatch.setattr(rebuild, "compare_engines", lambda *a: {"passed": True, "beam_identical": 1.0})
+    rebuilt = tmp_path / "rebuilt"
+    rebuild.rebuild_engines(tmp_path / "bundle", resolve_settings({"engine": "trt", "out": str(rebuilt)}))
+    assert (rebuilt / "retrieval" / "memory_tokens.npy").is_file()
+    assert Bundle.load(rebuilt, engine="onnxruntime").retriever is not None
+
+    # a tampered token table is refused like a tampered graph
 
     table = tmp_path / "bundle" / "retrieval" / "memory_tokens.npy"
     np.save(table, np.zeros((len(data.train), 8), np.int64))
