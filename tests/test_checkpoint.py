@@ -134,3 +134,72 @@ def test_caption_command_prints_one_caption_per_image(tmp_path, run_cli):
     assert all(word.startswith("w") or word == "<unk>" for line in lines for word in line.split("\t")[1].split())
     code, _, err = run_cli("caption", ckpt, tmp_path / "missing.png")
     assert code == 1 and "missing.png: no such image file or folder" in err and err.count("\n") == 1
+
+
+@pytest.fixture
+def cnn_checkpoint(tmp_path):
+    over = tiny_overrides("smart")
+    over.update(d_in=16, n_regions=4, max_len=8, visual={"kind": "cnn", "image_size": 32, "channels": [8, 16, 16, 16]})
+    ckpt = save_checkpoint(tmp_path / "cnn.pt", build("smart", **over), tiny_vocab())
+    image = tmp_path / "img.png"
+    cv2.imwrite(str(image), np.full((40, 50, 3), 90, np.uint8))
+    return ckpt, image
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--beam", "0"], "--beam must be >= 1, got 0"),
+    (["--beam", "-2"], "--beam must be >= 1, got -2"),
+    (["--max-len", "500"], "--max-len 500: expected 2..8"),
+    (["--max-len", "0"], "--max-len 0: expected 2..8"),
+    (["--length-penalty", "nan"], "--length-penalty nan: expected a finite number >= 0"),
+    (["--length-penalty", "-1"], "--length-penalty -1.0: expected a finite number >= 0"),
+])
+def test_caption_options_that_cannot_decode_are_one_line_errors(cnn_checkpoint, run_cli, argv, message):
+    ckpt, image = cnn_checkpoint
+    code, out, err = run_cli("caption", ckpt, image, *argv)
+    assert (code, out) == (1, "") and err.startswith(f"edgecap caption: error: {message}")
+    assert err.count("\n") == 1
+
+
+def test_caption_a_shorter_max_len_is_honoured(cnn_checkpoint, run_cli):
+    ckpt, image = cnn_checkpoint
+    code, out, err = run_cli("caption", ckpt, image, "--max-len", "2", "--beam", "1")
+    assert code == 0, err
+    assert len(out.strip().split("\t")[1].split()) <= 2
+
+
+def test_caption_of_a_bundle_points_to_edgecap_run(tmp_path, run_cli, cnn_checkpoint):
+    _, image = cnn_checkpoint
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text('{"format": "edgecap-bundle"}')
+    code, _, err = run_cli("caption", bundle, image)
+    assert code == 1 and err.count("\n") == 1
+    assert f"{bundle} is an exported bundle, not a checkpoint" in err and f"edgecap run {bundle} --source" in err
+
+
+def _mixed(tmp_path, weights_from: str, config_from: str, **config_overrides) -> str:
+    torch.manual_seed(0)
+    weights = build(weights_from, **tiny_overrides(weights_from))
+    config = build(config_from, **{**tiny_overrides(config_from), **config_overrides})
+    path = save_checkpoint(tmp_path / "mixed.pt", weights, tiny_vocab())
+    payload = torch.load(path, weights_only=True)
+    torch.save({**payload, "config": config.cfg.to_dict()}, path)
+    return path
+
+
+@pytest.mark.parametrize("command", [["export", "--engine", "onnx"], ["caption"]])
+@pytest.mark.parametrize("config_from, overrides, message", [
+    ("updown", {}, "the weights lack tensor"),
+    ("smart", {"d_model": 64}, "has shape [32, 24] in the weights, the model's is [64, 24]"),
+])
+def test_a_checkpoint_whose_config_and_weights_disagree_is_named(tmp_path, run_cli, command, config_from, overrides,
+                                                                 message):
+    path = _mixed(tmp_path, "smart", config_from, **overrides)
+    image = tmp_path / "img.png"
+    cv2.imwrite(str(image), np.zeros((8, 8, 3), np.uint8))
+    extra = ["--out", tmp_path / "b"] if command[0] == "export" else [image]
+    code, _, err = run_cli(command[0], path, *command[1:], *extra)
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"checkpoint {path} is inconsistent" in err and message in err
+    assert f"its config ('{config_from}'" in err and "come from different models" in err

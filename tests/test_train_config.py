@@ -73,6 +73,29 @@ def test_missing_and_invalid_files(tmp_path):
         load_config(bad)
 
 
+@pytest.mark.parametrize("text, message", [
+    ('model = "nonexistent-family"\n[data]\nkarpathy = "d.json"\nfeatures = "f.h5"\n',
+     "model = 'nonexistent-family' is not a section: expected a [model] table with preset = "),
+    ('prototypes = 3\n[model]\npreset = "pma-edge"\n', "prototypes = 3 is not a section"),
+    ('[model]\npreset = "nonexistent-family"\n[data]\nkarpathy = "d.json"\nfeatures = "f.h5"\n',
+     "[model]: unknown model 'nonexistent-family'; valid: acf, m2"),
+])
+def test_train_cli_names_the_bad_section_in_one_line(tmp_path, run_cli, text, message):
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    code, _, err = run_cli("train", "--config", config, "--out", tmp_path / "run")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert f"{config}: " in err and message in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_binary_config_is_one_line(tmp_path, run_cli):
+    config = tmp_path / "weights.toml"
+    config.write_bytes(b"\x80\x81PK\x03\x04" * 8)
+    code, _, err = run_cli("train", "--config", config)
+    assert code == 1 and err.strip() == f"edgecap train: error: config {config}: not a text file (invalid start byte at byte 0)"
+
+
 CONFIGS = sorted((Path(REPO) / "configs").glob("*.toml"))
 
 

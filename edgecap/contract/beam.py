@@ -14,6 +14,7 @@ ranks by summed log-probability. Greedy search is beam search with one beam.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -38,6 +39,8 @@ class DecodeOptions:
             raise ValueError(f"beam_size={self.beam_size}, expected >= 1")
         if self.max_len < 1:
             raise ValueError(f"max_len={self.max_len}, expected >= 1")
+        if not math.isfinite(self.length_penalty):
+            raise ValueError(f"length_penalty={self.length_penalty}, expected a finite number")
 
 
 @dataclass

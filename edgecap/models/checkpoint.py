@@ -61,6 +61,22 @@ def save_checkpoint(
     return Path(path)
 
 
+def check_weights(expected: dict, weights: dict, where: str, why: str, prefix: str = "") -> None:
+    """Fail naming the first tensor where `weights` and a model's own state dict disagree
+    (absent, extra, or another shape), instead of torch's multi-line load_state_dict error."""
+    missing = [k for k in expected if k not in weights]
+    if missing:
+        raise EdgecapError(f"{where}: the weights lack tensor {prefix}{missing[0]} ({len(missing)} missing); {why}")
+    unexpected = [k for k in weights if k not in expected]
+    if unexpected:
+        raise EdgecapError(f"{where}: the weights hold tensor {prefix}{unexpected[0]} that the model has no place for "
+                           f"({len(unexpected)} unexpected); {why}")
+    for name, tensor in expected.items():
+        if tuple(weights[name].shape) != tuple(tensor.shape):
+            raise EdgecapError(f"{where}: tensor {prefix}{name} has shape {list(weights[name].shape)} in the weights, "
+                               f"the model's is {list(tensor.shape)}; {why}")
+
+
 def read_payload(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not path.is_file():
@@ -104,9 +120,9 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
         raise EdgecapError(f"checkpoint {path}: vocabulary has {len(vocab)} words but config.vocab_size={cfg.vocab_size}")
     model = build_from_config(cfg)
     state = {k: v.float() if v.is_floating_point() else v for k, v in payload["state_dict"].items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
-        raise EdgecapError(f"checkpoint {path}: weights do not match config {cfg.name!r}: {what}")
+    check_weights(model.state_dict(), state, f"checkpoint {path} is inconsistent",
+                  f"its config ({cfg.name!r}: family {cfg.family}, d_model {cfg.d_model}) and its weights "
+                  f"come from different models")
+    model.load_state_dict(state)
     model.to(device).eval()
     return Checkpoint(model=model, vocab=vocab, meta=dict(payload.get("meta") or {}))

@@ -13,6 +13,7 @@ Images go through the model in batches, with a progress bar on stderr.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ COCO_NAME = re.compile(r"(?:COCO_[A-Za-z]+\d*_)?0*(\d+)")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("checkpoint", help="an edgecap checkpoint (.pt)")
+    parser.add_argument("checkpoint", help="an edgecap checkpoint (.pt); for an exported bundle use edgecap run")
     parser.add_argument("images", nargs="+", metavar="IMAGE|FOLDER",
                         help="image files (anything OpenCV reads) or folders of them")
     parser.add_argument("--json", metavar="OUT", default=None,
@@ -29,8 +30,10 @@ def add_arguments(parser) -> None:
                              "(what edgecap eval coco --captions reads)")
     parser.add_argument("--beam", type=int, default=3, help="beam size (1 = greedy)")
     parser.add_argument("--batch", type=int, default=16, help="images per forward pass (default 16)")
-    parser.add_argument("--max-len", type=int, default=None, help="longest caption in tokens")
-    parser.add_argument("--length-penalty", type=float, default=0.0)
+    parser.add_argument("--max-len", type=int, default=None,
+                        help="longest caption in tokens, 2..the checkpoint's (default: the checkpoint's)")
+    parser.add_argument("--length-penalty", type=float, default=0.0,
+                        help="alpha of the GNMT length normalisation in beam search, >= 0 (default 0)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no line per image")
 
 
@@ -71,7 +74,7 @@ def check_output(path: Path) -> None:
     import json
 
     from edgecap.errors import EdgecapError
-    from edgecap.io import nearest_existing
+    from edgecap.io import probe_writable
 
     if path.is_dir():
         raise EdgecapError(f"--json {path}: is a directory; expected a file name")
@@ -84,9 +87,19 @@ def check_output(path: Path) -> None:
         if not ours:
             raise EdgecapError(f"--json {path}: exists and is not a captions JSON; not overwriting it "
                                "(choose another file name)")
-    parent = nearest_existing(path.parent)
-    if not parent.is_dir():
-        raise EdgecapError(f"--json {path}: {parent} is a file, not a directory")
+    probe_writable(path, "--json")
+
+
+def check_checkpoint_path(path: Path) -> None:
+    """A bundle or a folder given where a checkpoint belongs gets told what to do instead."""
+    from edgecap.errors import EdgecapError
+    from edgecap.io import BUNDLE
+
+    if BUNDLE.owns(path):
+        raise EdgecapError(f"{path} is an exported bundle, not a checkpoint: caption with the robot runtime, "
+                           f"edgecap run {path} --source IMAGE_OR_FOLDER")
+    if path.is_dir():
+        raise EdgecapError(f"{path} is a directory, not a checkpoint (.pt)")
 
 
 def run(args) -> int:
@@ -104,6 +117,9 @@ def run(args) -> int:
     for name, value in (("--beam", args.beam), ("--batch", args.batch)):
         if value < 1:
             raise EdgecapError(f"{name} must be >= 1, got {value}")
+    if not math.isfinite(args.length_penalty) or args.length_penalty < 0:
+        raise EdgecapError(f"--length-penalty {args.length_penalty}: expected a finite number >= 0")
+    check_checkpoint_path(Path(args.checkpoint))
     out = Path(args.json) if args.json else None
     if out is not None:
         check_output(out)
@@ -114,7 +130,7 @@ def run(args) -> int:
         raise EdgecapError(
             f"checkpoint {args.checkpoint} reads precomputed features (visual.kind={vc.kind!r}), not images"
         )
-    max_len = args.max_len or ckpt.config.max_len
+    max_len = ckpt.config.max_len if args.max_len is None else args.max_len
     if not 2 <= max_len <= ckpt.config.max_len:
         raise EdgecapError(f"--max-len {max_len}: expected 2..{ckpt.config.max_len} (the model's caption length)")
     options = DecodeOptions(beam_size=args.beam, max_len=max_len, length_penalty=args.length_penalty)

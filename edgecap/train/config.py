@@ -225,6 +225,10 @@ def parse_config(data: dict, source: str = "<config>", text: str = "") -> TrainC
     if unknown:
         k = unknown[0]
         raise EdgecapError(f"{where}: unknown section [{k}]{did_you_mean(k, SECTIONS)}; valid: {', '.join(SECTIONS)}")
+    for name, value in data.items():
+        if not isinstance(value, dict):
+            raise EdgecapError(f"{where}: {name} = {value!r:.60} is not a section: expected a [{name}] table"
+                               + (' with preset = "<name>" (see `edgecap models`)' if name == "model" else ""))
     model = dict(data.get("model") or {})
     if "preset" not in model:
         raise EdgecapError(f"{where}: [model] needs preset = \"<name>\" (see `edgecap models`)")
@@ -287,7 +291,10 @@ def _validate(cfg: TrainConfig, where: str) -> None:
     _choice(cfg.run.device, ("auto", "cpu", "cuda"), f"{where}: [run].device")
     _positive(cfg.run.log_every, f"{where}: [run].log_every")
     # The model section: build the config once so a bad preset / field fails now, not later.
-    model_cfg = cfg.model_config(vocab_size=100)
+    try:
+        model_cfg = cfg.model_config(vocab_size=100)
+    except EdgecapError as exc:
+        raise EdgecapError(f"{where}: [model]: {exc}") from None
     _validate_retrieval(cfg, model_cfg, where)
     if cfg.prototypes:
         valid = _prototype_keys()
@@ -329,9 +336,11 @@ def load_config(path: str | os.PathLike) -> TrainConfig:
     path = Path(path)
     if not path.is_file():
         raise EdgecapError(f"config {path} does not exist")
-    text = path.read_text(encoding="utf-8")
     try:
+        text = path.read_text(encoding="utf-8")
         data = tomllib.loads(text)
+    except UnicodeDecodeError as exc:
+        raise EdgecapError(f"config {path}: not a text file ({exc.reason} at byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise EdgecapError(f"config {path}: not valid TOML ({exc})") from exc
     return parse_config(data, source=str(path), text=text)

@@ -31,27 +31,16 @@ def needs_retrieval(model) -> bool:
 
 def load_visual(model, checkpoint: str | Path) -> None:
     """Copy the visual front end of `checkpoint` into `model` (shapes must match)."""
-    from edgecap.models.checkpoint import read_payload
+    from edgecap.models.checkpoint import check_weights, read_payload
 
     payload = read_payload(checkpoint)
     theirs = {k[len("visual."):]: v for k, v in payload["state_dict"].items() if k.startswith("visual.")}
     mine = model.visual.state_dict()
     if not theirs:
         raise EdgecapError(f"[retrieval].visual_from {checkpoint}: the checkpoint has no visual front end weights")
-    for name, tensor in mine.items():
-        if name not in theirs:
-            raise EdgecapError(f"[retrieval].visual_from {checkpoint}: no weight visual.{name}; "
-                               f"its front end differs from [model].visual")
-        if tuple(theirs[name].shape) != tuple(tensor.shape):
-            raise EdgecapError(
-                f"[retrieval].visual_from {checkpoint}: visual.{name} has shape {tuple(theirs[name].shape)}, "
-                f"the model's is {tuple(tensor.shape)}; match [model].visual to the checkpoint's "
-                f"({payload.get('config', {}).get('visual')})"
-            )
-    extra = sorted(set(theirs) - set(mine))
-    if extra:
-        raise EdgecapError(f"[retrieval].visual_from {checkpoint}: unexpected weight visual.{extra[0]}; "
-                           f"its front end differs from [model].visual")
+    check_weights(mine, theirs, f"[retrieval].visual_from {checkpoint}",
+                  f"its front end differs from [model].visual ({payload.get('config', {}).get('visual')})",
+                  prefix="visual.")
     model.visual.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in theirs.items()})
 
 
