@@ -123,11 +123,13 @@ def nearest_existing(path: str | os.PathLike) -> Path:
     return probe
 
 
-def probe_writable(path: str | os.PathLike, flag: str = "--out") -> None:
-    """Fail (one line) unless a file or directory can be created at `path`."""
+def probe_writable(path: str | os.PathLike, flag: str = "--out", file: bool = False) -> None:
+    """Fail (one line) unless a directory (or with `file`, a file) can be created at `path`."""
     path = Path(path)
     if path.is_dir() and path.parent == path:
         raise EdgecapError(f"{flag} {path}: cannot write to the file system root")
+    if file and path.is_dir():
+        raise EdgecapError(f"{flag} {path} is a directory; name a file")
     if path.exists() and not path.is_dir() and not path.is_file():
         raise EdgecapError(f"{flag} {path} exists and is not a regular file or directory")
     where = nearest_existing(Path(os.path.abspath(path)).parent)
@@ -255,29 +257,49 @@ def _signals_deferred():
         signal.pthread_sigmask(signal.SIG_SETMASK, saved)
 
 
-class _WorkDir:
-    """`.NAME.XXXX.edgecap-tmp/` beside `target`, locked for as long as this process uses it."""
+class WorkDir:
+    """`.NAME.XXXX.edgecap-tmp/` beside `target`, locked for as long as this process uses it.
 
-    def __init__(self, target: Path, flag: str):
-        self.target, self.flag = target, flag
-        remove_orphans(target)
+    For outputs written over a long time (a video during a run); `atomic_path` and
+    `atomic_dir` wrap it for everything written in one go.
+    """
+
+    def __init__(self, target: str | os.PathLike, flag: str = ""):
+        self.target, self.flag = _absolute(target, flag), flag
+        remove_orphans(self.target)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            self.path = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=WORK_SUFFIX, dir=target.parent))
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            self.path = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", suffix=WORK_SUFFIX,
+                                              dir=self.target.parent))
         except OSError as exc:
-            raise write_error(exc, target, flag) or exc from None
+            raise write_error(exc, self.target, flag) or exc from None
         # The lock is taken before the file gets the name others look for, so whoever sees a
         # `lock` sees it held.
         fd, pending = tempfile.mkstemp(prefix=".lock.", dir=self.path)
         _try_lock(fd)
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "target": str(target)}).encode())
+                                 "target": str(self.target)}).encode())
         os.replace(pending, self.path / LOCK_NAME)
         self.fd = fd
 
+    def file(self, suffix: str = "") -> Path:
+        """Where to write the target's content: its own name (so writers that look at the
+        extension see the right one), plus `suffix` when it does not end with it already."""
+        name = self.target.name
+        return self.path / (name if not suffix or name.endswith(suffix) else name + suffix)
+
+    def commit(self, tmp: Path) -> None:
+        """Rename the finished `tmp` onto the target."""
+        try:
+            os.replace(tmp, self.target)
+        except OSError as exc:
+            raise write_error(exc, self.target, self.flag, within=self.path) or exc from None
+
     def close(self) -> None:
-        _remove_tree(self.path)
-        os.close(self.fd)
+        if self.fd is not None:
+            _remove_tree(self.path)
+            os.close(self.fd)
+            self.fd = None
 
 
 def _absolute(path: str | os.PathLike, flag: str) -> Path:
@@ -293,15 +315,13 @@ def atomic_path(path: str | os.PathLike, suffix: str = "", flag: str = ""):
 
     Nothing is left behind when the body raises or the process is terminated.
     """
-    target = _absolute(path, flag)
-    name = target.name if not suffix or target.name.endswith(suffix) else target.name + suffix
-    work = _WorkDir(target, flag)
+    work = WorkDir(path, flag)
     try:
-        tmp = work.path / name
+        tmp = work.file(suffix)
         yield tmp
-        os.replace(tmp, target)
+        work.commit(tmp)
     except OSError as exc:
-        raise write_error(exc, target, flag, within=work.path) or exc from None
+        raise write_error(exc, work.target, flag, within=work.path) or exc from None
     finally:
         work.close()
 
@@ -315,9 +335,9 @@ def atomic_dir(path: str | os.PathLike, kind: DirKind, force: bool = False, flag
     """
     target = _absolute(path, flag)
     check_replaceable(target, kind, force, flag)
-    work = _WorkDir(target, flag)
+    work = WorkDir(target, flag)
     try:
-        tmp = work.path / target.name
+        tmp = work.file()
         tmp.mkdir()
         yield tmp
         check_replaceable(target, kind, force, flag)

@@ -129,3 +129,21 @@ def test_greedy_on_the_beam_graph_equals_its_own_first_rows(bundle_dir):
 def test_tensorrt_engine_requested_but_absent(bundle_dir):
     with pytest.raises(EdgecapError, match="has no TensorRT engines"):
         Bundle.load(bundle_dir, engine="tensorrt")
+
+
+@pytest.mark.parametrize("role", ["encoder", "decoder_step"])
+def test_a_foreign_graph_with_a_re_recorded_hash_is_refused_at_load(copy, tmp_path, role):
+    """Someone swapped in another export's graph and fixed up the sha256: the hash passes,
+    the graph's declared inputs do not."""
+    from edgecap.runtime.manifest import sha256_file
+
+    other = export(save_tiny(tmp_path / "smart.pt", "smart", n_regions=10), tmp_path / "other").path
+    shutil.copy(other / f"{role}.onnx", copy / f"{role}.onnx")
+
+    def rehash(data):
+        entry = next(g for g in data["graphs"] if g["role"] == role)
+        entry["sha256"] = sha256_file(copy / f"{role}.onnx")
+    _edit(copy, rehash)
+    with pytest.raises(ManifestError, match=rf"{role}.onnx: .*the file does not belong to this bundle") as exc:
+        Bundle.load(copy)
+    assert "\n" not in str(exc.value)

@@ -287,3 +287,62 @@ def test_decoding_reuses_its_buffers_across_frames_without_leaking_state(tiny):
     assert (second.tokens == expected.tokens).all()
     again = bundle.decode(bundle.encode(*bundle.visual(images[0])), options)
     assert (again.tokens == first.tokens).all()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--jsonl", "/proc/edgecap-x.jsonl"], "--jsonl /proc/edgecap-x.jsonl: cannot create files in /proc"),
+    (["--save-video", "/proc/edgecap-x.mp4"], "--save-video /proc/edgecap-x.mp4: cannot create files in /proc"),
+    (["--save-video", "{tmp}/vid.txt"], "--save-video {tmp}/vid.txt: OpenCV cannot write video into a .txt file"),
+    (["--jsonl", "{tmp}"], "--jsonl {tmp} is a directory"),
+    (["--providers", "Bogus"], "unknown onnxruntime execution provider 'Bogus'"),
+    (["--providers", "cpu"], "(did you mean 'CPUExecutionProvider'?)"),
+])
+def test_outputs_and_providers_that_cannot_work_fail_before_captioning(tiny, synth, tmp_path, run_cli, argv,
+                                                                       message):
+    if "/proc" in " ".join(argv) and not Path("/proc").is_dir():
+        pytest.skip("no /proc on this system")
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    code, stdout, stderr = run_cli("run", tiny[1], "--source", synth / "images" / "train2014", *argv)
+    assert (code, stdout) == (1, ""), stderr
+    assert stderr.count("\n") == 1 and message.format(tmp=tmp_path) in stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_provider_this_onnxruntime_lacks_is_an_error_not_a_cpu_run(tiny, synth, run_cli):
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA")
+    code, stdout, stderr = run_cli("run", tiny[1], "--source", synth / "images" / "train2014",
+                                   "--providers", "CUDAExecutionProvider,CPUExecutionProvider")
+    assert (code, stdout) == (1, "")
+    assert "execution provider CUDAExecutionProvider is not available" in stderr and 'edgecap[gpu]' in stderr
+    code, _, stderr = run_cli("run", tiny[1], "--source", synth / "images" / "train2014", "--frames", "1",
+                              "--providers", "CPUExecutionProvider")
+    assert code == 0, stderr
+
+
+def test_a_source_of_only_undecodable_frames_is_a_failure(tiny, tmp_path, run_cli):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    for name in ("a.jpg", "b.png"):
+        (folder / name).write_text("not an image")
+    out = tmp_path / "captions.jsonl"
+    code, stdout, stderr = run_cli("run", tiny[1], "--source", folder, "--jsonl", out)
+    assert code == 1
+    assert stderr.strip().splitlines()[-1] == (
+        f"edgecap run: error: --source {folder} ended without a frame captioned (2 frames could not be decoded)")
+    assert "summary: 0 frames captioned" in stdout
+    assert json.loads((tmp_path / "captions.summary.json").read_text())["frames_skipped"] == 2
+
+
+def test_save_video_writes_the_container_its_suffix_names(tiny, synth, tmp_path, run_cli):
+    import cv2
+
+    video = tmp_path / "captions.mkv"
+    code, stdout, stderr = run_cli("run", tiny[1], "--source", synth / "images" / "train2014", "--frames", "3",
+                                   "--save-video", video)
+    assert code == 0, stderr
+    assert f"video: {video}" in stdout
+    assert int(cv2.VideoCapture(str(video)).get(cv2.CAP_PROP_FRAME_COUNT)) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["captions.mkv"]

@@ -167,6 +167,15 @@ def _check(settings: RunSettings) -> None:
                         ("--source-fps", settings.source_fps)):
         if value is not None and not value > 0:
             raise EdgecapError(f"{name} must be > 0, got {value}")
+    # outputs are probed before the bundle loads, not found unwritable at the first caption
+    if settings.jsonl:
+        from edgecap.io import probe_writable
+
+        probe_writable(settings.jsonl, "--jsonl", file=True)
+    if settings.save_video:
+        from .overlay import check_video_path
+
+        check_video_path(settings.save_video)
 
 
 def default_pace(source) -> str:
@@ -307,6 +316,10 @@ def run(args) -> int:
     summary, error = execute(captioner, settings)
     if error:
         raise EdgecapError(error)
+    if summary.captioned == 0 and summary.stopped_by == "end of source":
+        skipped = summary.grabber.skipped if summary.grabber is not None else 0
+        raise EdgecapError(f"--source {settings.source} ended without a frame captioned "
+                           f"({skipped} frame{'s' * (skipped != 1)} could not be decoded)")
     if settings.jsonl:
         added = "appended" if settings.append else "lines"
         print(f"records: {settings.jsonl} ({summary.captioned} {added}); summary: "

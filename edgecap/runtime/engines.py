@@ -29,6 +29,40 @@ def default_providers() -> list[str]:
     return [p for p in PREFERRED_PROVIDERS if p in available] or ["CPUExecutionProvider"]
 
 
+def check_providers(requested: list[str]) -> list[str]:
+    """Providers a user named: each must be one this onnxruntime build has, else a one-line
+    error. Nothing is silently dropped: asking for CUDA and getting CPU is a wrong robot."""
+    import onnxruntime as ort
+
+    from edgecap.errors import did_you_mean
+
+    if not requested:
+        raise EdgecapError("--providers is empty: name at least one onnxruntime execution provider")
+    available = ort.get_available_providers()
+    for name in requested:
+        if name in available:
+            continue
+        have = f"this onnxruntime {ort.__version__} has {', '.join(available)}"
+        if name not in ort.get_all_providers():
+            prefix = [p for p in available if p.lower().startswith(name.lower())]
+            hint = f" (did you mean {prefix[0]!r}?)" if prefix else did_you_mean(name, available)
+            raise EdgecapError(f"unknown onnxruntime execution provider {name!r}{hint}; {have}")
+        raise EdgecapError(f"execution provider {name} is not available: {have} (for GPUs install "
+                           f"onnxruntime-gpu: pip install \"edgecap[gpu]\"; or leave providers unset)")
+    return list(requested)
+
+
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        import sys
+
+        print(f"edgecap: {message}", file=sys.stderr, flush=True)
+
+
 def check_feeds(entry: GraphEntry, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The feeds the graph takes, in its dtypes; a wrong shape or a missing tensor raises."""
     out = {}
@@ -45,10 +79,45 @@ def check_feeds(entry: GraphEntry, feeds: dict[str, np.ndarray]) -> dict[str, np
     return out
 
 
+# onnxruntime's element type names -> the manifest's dtypes
+_ORT_DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64",
+               "tensor(int32)": "int32", "tensor(bool)": "bool", "tensor(int8)": "int8", "tensor(uint8)": "uint8"}
+
+
+def check_graph_io(session, entry: GraphEntry, path: Path) -> None:
+    """The graph must declare the inputs and outputs its manifest entry lists (names, dtypes,
+    and every static size), else a one-line error at load instead of an onnxruntime failure
+    at the first frame: the sha256 only proves the file is the one recorded, not that the
+    record describes it."""
+    for kind, declared, listed in (("input", session.get_inputs(), entry.inputs),
+                                   ("output", session.get_outputs(), entry.outputs)):
+        graph = {t.name: t for t in declared}
+        for spec in listed:
+            node = graph.get(spec.name)
+            if node is None:
+                raise ManifestError(f"{path}: the graph has no {kind} {spec.name!r} that manifest.json lists "
+                                    f"(its {kind}s: {', '.join(graph)}); the file does not belong to this bundle")
+            dtype = _ORT_DTYPES.get(node.type, node.type)
+            sizes_differ = len(node.shape) != len(spec.shape) or any(
+                isinstance(d, int) and d != want for d, want in zip(node.shape, spec.shape, strict=False))
+            if dtype != spec.dtype or sizes_differ:
+                raise ManifestError(f"{path}: {kind} {spec.name!r} is {dtype} {list(node.shape)} in the graph, "
+                                    f"manifest.json says {spec.dtype} {spec.shape}; the file does not belong to "
+                                    f"this bundle")
+        extra = [name for name in graph if name not in {t.name for t in listed}]
+        if kind == "input" and extra:
+            raise ManifestError(f"{path}: the graph takes input {extra[0]!r}, which manifest.json does not list; "
+                                f"the file does not belong to this bundle")
+
+
 class OrtGraph:
-    def __init__(self, path: Path, entry: GraphEntry, providers: list[str], threads: int = 0):
+    def __init__(self, path: Path, entry: GraphEntry, providers: list[str] | None, threads: int = 0):
+        """providers: None picks the best installed (falling back, and saying so once);
+        named ones must all start."""
         import onnxruntime as ort
 
+        explicit = providers is not None
+        providers = check_providers(list(providers)) if explicit else default_providers()
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
@@ -57,6 +126,15 @@ class OrtGraph:
         except Exception as exc:  # onnxruntime raises its own exception types
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise EdgecapError(f"onnxruntime cannot load {path}: {first[:200]}") from exc
+        dropped = [p for p in providers if p not in self.session.get_providers()]
+        if dropped and explicit:
+            raise EdgecapError(f"onnxruntime could not start {', '.join(dropped)} for {path.name} "
+                               f"(installed, but no usable device or driver?); it would run on "
+                               f"{', '.join(self.session.get_providers())}, which was not asked for")
+        if dropped:
+            _say_once(f"onnxruntime could not start {', '.join(dropped)}; running on "
+                      f"{', '.join(self.session.get_providers())}")
+        check_graph_io(self.session, entry, path)
         self.entry = entry
         self.output_names = [t.name for t in entry.outputs]
         # zero-copy IO binding only where every tensor lives in host memory

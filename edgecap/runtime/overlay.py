@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.errors import EdgecapError
+from edgecap.io import WorkDir, probe_writable
 
 from .records import Record
 
@@ -68,16 +69,30 @@ def annotate(record: Record, min_width: int = MIN_WIDTH) -> np.ndarray:
     return canvas
 
 
+# containers OpenCV's writer fills with mp4v video (checked with OpenCV 4.x and 5.x)
+VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".avi", ".mkv")
+
+
+def check_video_path(path: str | os.PathLike) -> None:
+    """Fail (one line) before anything runs when `path` cannot become a video."""
+    path = Path(path)
+    if path.suffix.lower() not in VIDEO_SUFFIXES:
+        what = f"a {path.suffix} file" if path.suffix else "a file without a suffix"
+        raise EdgecapError(f"--save-video {path}: OpenCV cannot write video into {what}; "
+                           f"use one of {', '.join(VIDEO_SUFFIXES)}")
+    probe_writable(path, "--save-video", file=True)
+
+
 class VideoSink:
-    """Annotated frames to an mp4 (OpenCV mp4v), written beside the target and renamed on close,
-    so an aborted run never leaves a half-written video under the final name."""
+    """Annotated frames to a video (OpenCV mp4v), written in a work directory beside the target
+    and renamed on close, so an aborted run never leaves a half-written video under the final
+    name (and a killed one leaves a work directory the next write removes)."""
 
     def __init__(self, path: str | os.PathLike, fps: float = 10.0):
+        check_video_path(path)
         self.path = Path(path)
         self.fps = float(fps)
-        self.tmp = self.path.with_name(f".{self.path.stem}.partial{self.path.suffix or '.mp4'}")
-        self._writer = None
-        self._size = None
+        self._work = self._writer = self._size = None
         self.count = 0
 
     def write(self, record: Record) -> None:
@@ -86,11 +101,11 @@ class VideoSink:
         frame = annotate(record)
         size = (frame.shape[1], frame.shape[0])
         if self._writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = cv2.VideoWriter(str(self.tmp), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, size)
-            if not self._writer.isOpened():
+            self._work = WorkDir(self.path, "--save-video")
+            writer = cv2.VideoWriter(str(self._work.file()), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, size)
+            if not writer.isOpened():
                 raise EdgecapError(f"--save-video {self.path}: OpenCV cannot write mp4v video there")
-            self._size = size
+            self._writer, self._size = writer, size
         if size != self._size:  # a stream that changed resolution on reopen
             frame = cv2.resize(frame, self._size, interpolation=cv2.INTER_AREA)
         self._writer.write(frame)
@@ -100,7 +115,9 @@ class VideoSink:
         if self._writer is not None:
             self._writer.release()
             self._writer = None
-            os.replace(self.tmp, self.path)
+            self._work.commit(self._work.file())
+        if self._work is not None:
+            self._work.close()
 
 
 class Window:

@@ -23,7 +23,7 @@ import numpy as np
 from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
 from edgecap.errors import EdgecapError, require
 
-from .engines import OrtGraph, TrtGraph, default_providers
+from .engines import OrtGraph, TrtGraph
 from .manifest import Manifest, load_manifest
 
 
@@ -115,8 +115,6 @@ class Bundle:
         use_trt = engine == "tensorrt" or (engine == "auto" and has_engines and _importable("tensorrt"))
         if use_trt:
             require("tensorrt", "trt", "native TensorRT engines")
-        if providers is None:
-            providers = default_providers()
         graphs = {}
         for role in ("visual", "encoder", "decoder_step"):
             trt_entry = manifest.graph(role, "tensorrt") if use_trt else None
@@ -125,7 +123,7 @@ class Bundle:
                 continue
             entry = manifest.graph(role)
             if entry is not None:
-                graphs[role] = OrtGraph(root / entry.file, entry, list(providers), threads=threads)
+                graphs[role] = OrtGraph(root / entry.file, entry, providers, threads=threads)
         return cls(root, manifest, graphs, "tensorrt" if use_trt else "onnxruntime")
 
     # -- what the bundle is ------------------------------------------------------------------
