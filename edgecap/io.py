@@ -156,7 +156,7 @@ def write_error(exc: OSError, target: Path, flag: str = "", within: Path | None 
         if not named:
             return None
     where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(target) else ""
-    return EdgecapError(f"{flag + ' ' if flag else ''}cannot write {target}: {exc.strerror}{where}")
+    return EdgecapError(f"cannot write {flag + ' ' if flag else ''}{target}: {exc.strerror}{where}")
 
 
 # -- work directories: private, locked, renamed into place -----------------------------------
@@ -243,18 +243,39 @@ def _remove_tree(work: Path) -> None:
         work.rmdir()
 
 
+_DEFERRED = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
 @contextlib.contextmanager
 def _signals_deferred():
-    """Hold SIGINT / SIGTERM / SIGHUP back for a few renames that must happen together."""
-    wanted = {signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM)}
-    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+    """Hold SIGINT / SIGTERM / SIGHUP back for a few steps that must happen together (creating
+    and registering a work directory, the two renames of a replacement); a signal that arrives
+    meanwhile is raised again, to its own handler, when the block ends.
+
+    Done with Python handlers rather than a signal mask: a mask only covers the calling thread,
+    and Python runs its handlers in the main thread whichever thread the kernel picked.
+    """
+    if not _in_main_thread():  # handlers can only be changed from the main thread
         yield
         return
-    saved = signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    pending: list[int] = []
+    saved = {}
+    for name in _DEFERRED:
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) not in (signal.SIG_IGN, None):
+            saved[sig] = signal.signal(sig, lambda signum, _frame: pending.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(pending):
+            signal.raise_signal(sig)
+
+
+# Work directories this process has open: whatever escapes a command (SIGTERM at any moment
+# included) still gets them removed by `terminate_as_interrupt`.
+_OPEN: set[WorkDir] = set()
 
 
 class WorkDir:
@@ -266,21 +287,25 @@ class WorkDir:
 
     def __init__(self, target: str | os.PathLike, flag: str = ""):
         self.target, self.flag = _absolute(target, flag), flag
+        self.fd: int | None = None
+        self.path: Path | None = None
         remove_orphans(self.target)
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
-            self.path = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", suffix=WORK_SUFFIX,
-                                              dir=self.target.parent))
+            with _signals_deferred():  # no moment where the directory exists unregistered
+                self.path = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", suffix=WORK_SUFFIX,
+                                                  dir=self.target.parent))
+                _OPEN.add(self)
+                # The lock is taken before the file gets the name others look for, so whoever
+                # sees a `lock` sees it held.
+                self.fd, pending = tempfile.mkstemp(prefix=".lock.", dir=self.path)
+                _try_lock(self.fd)
+                os.write(self.fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                              "target": str(self.target)}).encode())
+                os.replace(pending, self.path / LOCK_NAME)
         except OSError as exc:
+            self.close()
             raise write_error(exc, self.target, flag) or exc from None
-        # The lock is taken before the file gets the name others look for, so whoever sees a
-        # `lock` sees it held.
-        fd, pending = tempfile.mkstemp(prefix=".lock.", dir=self.path)
-        _try_lock(fd)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "target": str(self.target)}).encode())
-        os.replace(pending, self.path / LOCK_NAME)
-        self.fd = fd
 
     def file(self, suffix: str = "") -> Path:
         """Where to write the target's content: its own name (so writers that look at the
@@ -296,10 +321,18 @@ class WorkDir:
             raise write_error(exc, self.target, self.flag, within=self.path) or exc from None
 
     def close(self) -> None:
-        if self.fd is not None:
+        if self in _OPEN and self.path is not None:
             _remove_tree(self.path)
+        if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+        _OPEN.discard(self)
+
+
+def close_work_dirs() -> None:
+    """Remove every work directory this process still has open (its command failed)."""
+    for work in list(_OPEN):
+        work.close()
 
 
 def _absolute(path: str | os.PathLike, flag: str) -> Path:
@@ -390,6 +423,9 @@ def terminate_as_interrupt():
                 saved[sig] = signal.signal(sig, _raise_terminated)
     try:
         yield
+    except BaseException:
+        close_work_dirs()
+        raise
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)

@@ -201,3 +201,62 @@ def test_sigterm_during_export_leaves_nothing(tmp_path):
                                  "--samples", 64, "--quiet"], tmp_path / "out")
     assert code == 128 + signal.SIGTERM, err
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_full_disk_is_one_line_naming_the_target_and_leaves_nothing(tmp_path):
+    import errno
+
+    target = tmp_path / "bundle"
+    with pytest.raises(EdgecapError, match=rf"cannot write --out {target}: No space left on device"), \
+            atomic_dir(target, BUNDLE) as tmp:
+        (tmp / "manifest.json").write_text("{}")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_input_read_while_writing_is_not_called_a_write_error(tmp_path):
+    with pytest.raises(FileNotFoundError), atomic_dir(tmp_path / "bundle", BUNDLE):
+        (tmp_path / "no-such-input.h5").read_bytes()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sighup_and_ignored_signals(tmp_path):
+    """SIGHUP (a closed terminal) cleans up like SIGTERM; under nohup it is left ignored."""
+    argv = [sys.executable, "-m", "edgecap.cli", "data", "synth", "--out", str(tmp_path / "w"), "--images", "5000",
+            "--size", "64", "--quiet"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_work_dir(tmp_path, proc)
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGHUP and "terminated (SIGHUP)" in err
+    assert list(tmp_path.iterdir()) == []
+    proc = subprocess.Popen(["nohup", *argv], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_work_dir(tmp_path, proc)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert proc.poll() is None  # nohup's SIG_IGN is respected
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_signal_inside_a_deferred_section_arrives_after_it(tmp_path):
+    from edgecap.io import Terminated, WorkDir, _signals_deferred, terminate_as_interrupt
+
+    finished = False
+    with pytest.raises(Terminated), terminate_as_interrupt():
+        with _signals_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)  # the handler would have run by now
+            finished = True
+    assert finished
+    # whatever escapes a command, its open work directories go with it
+    with pytest.raises(Terminated), terminate_as_interrupt():
+        WorkDir(tmp_path / "video.mp4")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+    assert list(tmp_path.iterdir()) == []
