@@ -68,7 +68,7 @@ def test_version_1_checkpoints_load_with_the_sinusoid_they_were_trained_with(tmp
     payload = _as_version_1(v2)
     payload["format_version"] = 2
     torch.save(payload, v2)
-    with pytest.raises(EdgecapError, match=r"v2.pt: weights do not match config .*missing \['positions'\]"):
+    with pytest.raises(EdgecapError, match=r"v2.pt is inconsistent: the weights lack tensor positions \(1 missing\)"):
         load_checkpoint(v2)
 
 
