@@ -177,3 +177,18 @@ def test_extract_bad_inputs(backbone, dataset, tmp_path, run_cli):
                               "--images", images, "--split-file", split_file, "--out", tmp_path / "x.h5",
                               "--splits", "val")
     assert code == 1 and f"{tmp_path / 'none.pt'} does not exist" in stderr
+
+
+def test_extract_never_appends_to_a_features_file_it_did_not_write(backbone, dataset, tmp_path, run_cli):
+    """The official M2 features file (coco_detections.hdf5, written with h5py by its authors'
+    tools) given as --out is left byte for byte as it was."""
+    import h5py
+
+    theirs = tmp_path / "coco_detections.hdf5"
+    with h5py.File(theirs, "w") as f:
+        f.create_dataset("391895_features", data=np.ones((50, 2048), np.float32))
+    before = theirs.read_bytes()
+    code, _, stderr = run_cli(*extract_args(backbone, dataset, theirs, "--splits", "val"))
+    assert code == 1 and stderr.count("\n") == 1
+    assert f"features file {theirs} was not written by edgecap (it holds 391895_features); not appending to it" in stderr
+    assert theirs.read_bytes() == before

@@ -403,3 +403,18 @@ def test_bad_inputs_name_the_problem(official, tmp_path):
     torch.save({"state_dict": state, "hook": shutil.rmtree}, tmp_path / "unsafe.pth")
     with pytest.raises(EdgecapError, match="cannot be read safely"):
         read_m2_checkpoint(tmp_path / "unsafe.pth")
+
+
+def test_cli_never_overwrites_a_file_that_is_not_an_edgecap_checkpoint(official, tmp_path, run_cli):
+    _, weights, vocab = official
+    before = weights.read_bytes()
+    # the classic slip: --out naming the official weights themselves
+    code, _, stderr = run_cli("import-m2", "--weights", weights, "--vocab", vocab, "--out", weights, "--heads", H)
+    assert code == 1 and stderr.count("\n") == 1
+    assert f"--out {weights} exists and is not an edgecap checkpoint; not overwriting it" in stderr
+    assert weights.read_bytes() == before
+    # an edgecap checkpoint there is replaced, as re-running a conversion should
+    out = tmp_path / "m2.pt"
+    for _ in range(2):
+        code, _, stderr = run_cli("import-m2", "--weights", weights, "--vocab", vocab, "--out", out, "--heads", H)
+        assert code == 0, stderr

@@ -112,6 +112,34 @@ def test_xe_training_lowers_the_loss_and_writes_the_run(world, tmp_path):
         Trainer(cfg, out=tmp_path / "run", progress=False).run()
 
 
+def test_a_run_never_overwrites_files_it_did_not_write(world, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "config.toml").write_text("# my own notes on the experiment\n")
+    (out / "metrics.jsonl").write_text('{"mine": 1}\n')
+    cfg = tiny_config(world, schedule={"epochs": 1, "warmup": 10})
+    with pytest.raises(EdgecapError, match=r"--out .*mine already holds config.toml, metrics.jsonl, which this run "
+                                           r"would overwrite, and they are not from an earlier run of this config"):
+        Trainer(cfg, out=out, progress=False).run()
+    assert (out / "config.toml").read_text() == "# my own notes on the experiment\n"
+    assert (out / "metrics.jsonl").read_text() == '{"mine": 1}\n'
+
+
+def test_a_run_that_died_before_saving_starts_again_with_a_clean_log(world, tmp_path):
+    from edgecap.train.loop import _to_toml
+
+    cfg = tiny_config(world, schedule={"epochs": 1, "warmup": 10})
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.toml").write_text(_to_toml(cfg.to_dict()))  # what the dead run wrote first
+    (out / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 99.0}\n')
+    (out / "notes.txt").write_text("kept")  # not a run file: never touched
+    assert Trainer(cfg, out=out, progress=False).run()["done"]
+    losses = [json.loads(line).get("loss") for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert 99.0 not in losses and len([x for x in losses if x is not None]) == 9
+    assert (out / "notes.txt").read_text() == "kept"
+
+
 def test_features_config_refuses_an_image_model(world, tmp_path):
     cfg = tiny_config(world)
     cfg.data.synth = None

@@ -173,12 +173,22 @@ class FeatureWriter(_HDF5File):
                 f"if an earlier run was killed, delete it and run again"
             ) from exc
         try:
+            self._check_ours()
             self._check_provenance(dict(provenance or {}))
             self._file.attrs["writer"] = WRITER
             self._drop_incomplete()
         except BaseException:
             self._file.close()
             raise
+
+    def _check_ours(self) -> None:
+        """Never append to an HDF5 file someone else wrote (e.g. the official M2 features)."""
+        f = self._file
+        if (len(f) or len(f.attrs)) and _attr_value(f.attrs.get("writer")) != WRITER:
+            names = sorted(f)[:3]
+            raise EdgecapError(f"features file {self.path} was not written by edgecap (it holds "
+                               f"{', '.join(names)}{', ...' if len(f) > 3 else ''}); not appending to it: "
+                               f"choose another --out")
 
     def _check_provenance(self, provenance: dict) -> None:
         attrs = self._file.attrs

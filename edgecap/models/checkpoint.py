@@ -77,6 +77,22 @@ def check_weights(expected: dict, weights: dict, where: str, why: str, prefix: s
                                f"the model's is {list(tensor.shape)}; {why}")
 
 
+def check_checkpoint_out(path: str | os.PathLike, flag: str = "--out") -> None:
+    """Fail (one line) unless a checkpoint may be written at `path`: nothing there yet, or an
+    edgecap checkpoint (which is replaced); never over any other file, e.g. the weights being
+    converted."""
+    from edgecap.io import probe_writable
+
+    path = Path(path)
+    probe_writable(path, flag, file=True)
+    if path.exists():
+        try:
+            read_payload(path)
+        except EdgecapError:
+            raise EdgecapError(f"{flag} {path} exists and is not an edgecap checkpoint; not overwriting it "
+                               f"(choose another file name)") from None
+
+
 def read_payload(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not path.is_file():

@@ -65,6 +65,10 @@ from edgecap.train.scst import SCST
 from edgecap.train.xe import CaptionTrainModule, xe_step
 
 STATE_VERSION = 1
+# the files a run writes into --out (the module docstring describes each); its data/ and
+# index/ directories are guarded by their own kinds (edgecap.io), like any --out of theirs
+RUN_FILES = ("config.toml", "vocab.json", "metrics.jsonl", "curves.png", "last.pt", "last.state.pt", "best.pt",
+             "best_xe.pt", "summary.json")
 PHASES = ("xe", "scst")
 
 
@@ -234,6 +238,7 @@ class Trainer:
         self.cfg = cfg
         self.out = Path(out or cfg.run.out or Path("runs") / Path(cfg.source or "run").stem)
         self.resume, self.max_steps, self.progress = resume, max_steps, progress
+        self.restarted = False  # set when --out holds a same-config run that never saved
         want = device or cfg.run.device
         if want == "auto":
             want = "cuda" if torch.cuda.is_available() else "cpu"
@@ -269,6 +274,29 @@ class Trainer:
             raise EdgecapError(
                 f"run directory {self.out} already holds a run (last.pt); pass --resume to continue it or choose another --out"
             )
+        else:
+            self._check_fresh_out()
+
+    def _check_fresh_out(self) -> None:
+        """A new run may share --out with anything but files it would overwrite. Those are
+        accepted only as the leftovers of a run of this same config that never saved (its
+        config.toml is this one): nothing of the user's is overwritten."""
+        present = sorted(n for n in RUN_FILES if (self.out / n).exists())
+        if not present:
+            return
+        stored = self.out / "config.toml"
+        same = False
+        if stored.is_file():
+            try:
+                old = parse_config(_toml(stored), source=str(stored))
+                same = not _first_difference(old.to_dict(), self.cfg.to_dict(),
+                                             ignore={"run.out", "run.device", "run.threads"})
+            except EdgecapError:
+                same = False
+        if not same:
+            raise EdgecapError(f"--out {self.out} already holds {', '.join(present)}, which this run would "
+                               f"overwrite, and they are not from an earlier run of this config; choose another --out")
+        self.restarted = True
 
     def setup(self) -> None:
         cfg = self.cfg
@@ -349,6 +377,8 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.module = DistributedDataParallel(self.module, device_ids=ids)
         self.metrics = MetricsLog(self.out / "metrics.jsonl", self.is_main)
+        if self.restarted:  # an earlier run of this config died before saving: start its log afresh
+            self.metrics.truncate_after(-1)
         self.state = RunState(phase=self.phases()[0])
         self.optimizer = None
         self._pending_optimizer_state = None
