@@ -21,7 +21,8 @@ print(json.dumps({{"loaded": loaded, "heavy": heavy}}))
 """
 
 
-@pytest.mark.parametrize("packages", [["edgecap.runtime"], ["edgecap.metrics"], ["edgecap.runtime", "edgecap.metrics"]])
+@pytest.mark.parametrize("packages", [["edgecap.runtime"], ["edgecap.metrics"], ["edgecap.ros"],
+                                      ["edgecap.runtime", "edgecap.metrics"]])
 def test_robot_side_imports_no_torch(packages):
     out = subprocess.run(
         [sys.executable, "-c", PROBE.format(packages=packages)], capture_output=True, text=True, check=True
@@ -45,6 +46,9 @@ def test_cli_help_imports_no_torch():
 FORBIDDEN = {
     "edgecap/runtime": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export"),
     "edgecap/metrics": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export"),
+    # ROS message conversion and log I/O: shared by the runtime and the ROS 2 node, below both.
+    "edgecap/ros": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export",
+                    "edgecap.runtime", "edgecap.data"),
     "edgecap/contract": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export",
                          "edgecap.runtime", "edgecap.data", "edgecap.metrics", "edgecap.retrieval"),
 }

@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="video frame side in pixels (default: --size)")
     synth.add_argument("--format", dest="image_format", choices=("jpg", "png"), default="jpg",
                        help="Karpathy image format (default jpg, as COCO)")
+    synth.add_argument("--mcap", action="store_true",
+                       help="also write the video clip as a ROS 2 log, video/tabletop.mcap "
+                            "(/camera/image_raw, /camera/camera_info; needs edgecap[ros])")
     synth.add_argument("--force", action="store_true", help="replace a non-empty --out")
     synth.add_argument("--quiet", action="store_true", help="no progress bar")
     sheet = sub.add_parser("sheet", help="render a contact sheet of example scenes with captions")
@@ -40,10 +43,12 @@ def run(args: argparse.Namespace) -> int:
                                    frames_per_sequence=args.frames_per_sequence,
                                    video_frames=args.video_frames, video_size=args.video_size,
                                    image_format=args.image_format, force=args.force,
-                                   progress=not args.quiet)
+                                   progress=not args.quiet, mcap=args.mcap)
         print(f"wrote {summary['images']} images, {summary['sequences']} ACVR sequences x "
               f"{summary['frames_per_sequence']} frames, {summary['video_frames']} video frames "
               f"to {summary['out']}")
+        if summary["mcap"]:
+            print(f"robot log: {summary['mcap']}")
         return 0
     from edgecap.data.synth.sheet import contact_sheet
 

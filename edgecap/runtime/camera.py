@@ -8,7 +8,8 @@ inference period plus one capture interval after capture (tests/test_runtime_cam
 
 Pacing (`pace`):
     "live"    the device sets the rate (cameras, streams): read as fast as it delivers
-    "native"  release file / folder / synth frames at the source's fps, as a camera would
+    "native"  release file / folder / synth frames at the source's fps, as a camera would; a
+              timed source (a robot log) releases each frame at its recorded time instead
     "every"   hand over every frame: the reader waits until the consumer took the last one,
               so nothing is dropped and a file is read as fast as it can be captioned
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from edgecap.errors import EdgecapError
 
-from .sources import BadFrame, EndOfStream, KnownObject, Source, StreamLost
+from .sources import BadFrame, EndOfStream, KnownObject, LogStamp, Source, StreamLost
 
 PACES = ("native", "every", "live")
 
@@ -42,6 +43,7 @@ class Frame:
     objects: list[KnownObject] | None = None
     image_id: str | None = None
     t_taken: float | None = None          # time.monotonic() when the consumer took it
+    stamp: LogStamp | None = None         # logged images: header stamp, log time, camera frame
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class FrameGrabber:
         if pace != "live" and source.live:
             raise EdgecapError(f"--pace {pace} needs a file, folder, ACVR or synth source; "
                                f"{source.name} is live and runs at its own rate")
-        if pace == "native" and not source.fps:
+        if pace == "native" and not (source.fps or source.timed):
             raise EdgecapError(f"--pace native: {source.name} has no frame rate; "
                                "give --source-fps or use --pace every")
         self.source = source
@@ -182,7 +184,9 @@ class FrameGrabber:
                     # Frame k is due k / fps after the first. A reader that fell behind
                     # publishes without sleeping until it is back on schedule, so the file
                     # position follows the wall clock, as a camera's would.
-                    due = start + (reads - 1) / float(self.source.fps)
+                    offset = captured.due if captured.due is not None \
+                        else (reads - 1) / float(self.source.fps)
+                    due = start + offset
                     if self._stop.wait(max(0.0, due - time.monotonic())):
                         break
                 self._publish(captured)
@@ -204,7 +208,7 @@ class FrameGrabber:
             frame_id = captured.index if captured.index is not None else self._count
             self._count += 1
             frame = Frame(captured.image, int(frame_id), time.monotonic(), time.time(),
-                          captured.objects, captured.image_id)
+                          captured.objects, captured.image_id, stamp=captured.stamp)
             self._slot = frame
             self.stats.captured += 1
             if self.on_publish is not None:

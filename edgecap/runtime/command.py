@@ -5,6 +5,7 @@ world with an exported bundle; torch-free.
     edgecap run bundle/ --source data/acvr/000000 --jsonl acvr.jsonl       # with coverage
     edgecap run bundle/ --source synth://tabletop --frames 100 --save-video out.mp4
     edgecap run bundle/ --source video.mp4 --detections video.jsonl --latency-budget 80
+    edgecap run bundle/ --source run.mcap --topic /camera/image_raw --out-mcap captions.mcap
 
 Ctrl-C or SIGTERM stops between batches: the summary is printed and the JSONL is complete.
 """
@@ -38,10 +39,14 @@ class RunSettings:
     providers: list[str] | None = None
     threads: int = 0
     quiet: bool = False
+    topic: str | None = None
+    replay: str | None = None
+    out_mcap: str | None = None
 
 
 # Config-file keys: RunSettings fields; these are paths, resolved against the config's folder.
-CONFIG_PATHS = ("bundle", "jsonl", "detections", "save_video")
+CONFIG_PATHS = ("bundle", "jsonl", "detections", "save_video", "out_mcap")
+REPLAY_PACE = {"realtime": "native", "fast": "every"}
 
 
 def add_arguments(parser) -> None:
@@ -83,6 +88,16 @@ def add_arguments(parser) -> None:
                         help="files, folders, synth: 'native' plays at the source's fps and keeps "
                              "only the newest frame; 'every' captions every frame as fast as it can "
                              "(default: native for video and synth, every for folders and ACVR)")
+    parser.add_argument("--topic", default=None,
+                        help="robot logs: the image topic (sensor_msgs/Image or CompressedImage); "
+                             "needed when the log has several")
+    parser.add_argument("--replay", choices=tuple(REPLAY_PACE), default=None,
+                        help="robot logs and other files: 'realtime' plays at the recorded rate "
+                             "(= --pace native), 'fast' captions every image as fast as it can "
+                             "(= --pace every); default realtime")
+    parser.add_argument("--out-mcap", default=None, metavar="FILE",
+                        help="write the captions as an MCAP log (std_msgs/String caption and "
+                             "JSON record, foxglove_msgs/ImageAnnotations) stamped like the images")
     parser.add_argument("--source-fps", type=float, default=None, metavar="F",
                         help="frame rate for --pace native (default: the video's own / synth fps)")
     parser.add_argument("--providers", default=None,
@@ -124,7 +139,7 @@ def read_config(path: str) -> dict:
         expected = {"source": str, "pace": str, "coverage": bool, "show": bool, "quiet": bool, "append": bool,
                     "beam": int, "batch": int, "frames": int, "providers": list, "threads": int,
                     "max_fps": (int, float), "latency_budget": (int, float),
-                    "source_fps": (int, float)}.get(name, str)
+                    "source_fps": (int, float), "topic": str, "replay": str}.get(name, str)
         if isinstance(value, bool) and expected is not bool or not isinstance(value, expected):
             raise EdgecapError(f"--config {path}: {key} = {value!r} has the wrong type")
         if name in CONFIG_PATHS:
@@ -140,7 +155,7 @@ def settings_from_args(args) -> RunSettings:
     merged = read_config(args.config) if args.config else {}
     for name in ("bundle", "source", "beam", "max_fps", "batch", "frames", "jsonl", "append", "detections",
                  "show", "save_video", "latency_budget", "coverage", "pace", "source_fps", "threads",
-                 "quiet"):
+                 "quiet", "topic", "replay", "out_mcap"):
         value = getattr(args, name)
         if value is not None:
             merged[name] = value
@@ -153,6 +168,14 @@ def settings_from_args(args) -> RunSettings:
         raise EdgecapError("--append adds to the --jsonl file: pass --jsonl FILE too")
     if merged.get("pace") not in (None, "native", "every"):
         raise EdgecapError(f"pace = {merged['pace']!r}; expected native or every")
+    replay = merged.get("replay")
+    if replay is not None:
+        if replay not in REPLAY_PACE:
+            raise EdgecapError(f"replay = {replay!r}; expected {' or '.join(REPLAY_PACE)}")
+        if merged.get("pace") not in (None, REPLAY_PACE[replay]):
+            raise EdgecapError(f"--replay {replay} and --pace {merged['pace']} disagree; "
+                               "give one of them")
+        merged["pace"] = REPLAY_PACE[replay]
     return RunSettings(**merged)
 
 
@@ -179,6 +202,8 @@ def _check(settings: RunSettings) -> None:
 
 
 def default_pace(source) -> str:
+    """Cameras run live; folders and ACVR caption every frame; videos, synth and robot logs
+    play at their own rate."""
     from .sources import ACVRSource, FolderSource
 
     if source.live:
@@ -236,7 +261,9 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
                            f"{captioner.batch_size} (export with --batch {settings.batch})")
     beam = captioner.check_beam(settings.beam) if settings.beam is not None else captioner.beam
     detections = Detections(settings.detections) if settings.detections else None
-    source = make_source(settings.source, fps=settings.source_fps)
+    source = make_source(settings.source, fps=settings.source_fps, topic=settings.topic)
+    if settings.out_mcap:
+        _check_out_mcap(settings.out_mcap, source)
     knows_objects = detections is not None or isinstance(source, (ACVRSource, SynthSource))
     coverage = CoverageAnnotator(settings.coverage and knows_objects,
                                  log=lambda m: print(m, file=out, flush=True))
@@ -272,6 +299,8 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
             raise
         summary.grabber = grabber.stats
         closing.callback(grabber.close)  # joins the thread, then releases the device
+        if getattr(source, "note", None):
+            _log(source.note)
         if settings.jsonl:
             jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
             if settings.append:
@@ -279,6 +308,12 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
                 # registered after closing(): runs first, so the summary line precedes the close
                 closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
             sinks.append(lambda r: jsonl.write(r.to_json()))
+        if settings.out_mcap:
+            from .mcap_sink import McapCaptionSink
+
+            mcap = closing.enter_context(contextlib.closing(McapCaptionSink(
+                settings.out_mcap, source=settings.source, bundle=str(settings.bundle or ""))))
+            sinks.append(mcap.write)
         if settings.save_video:
             # One video frame per caption, played at the rate captions are expected.
             fps = min(settings.max_fps or source.fps or 10.0, 30.0)
@@ -295,6 +330,23 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     if settings.jsonl:
         write_json_atomic(summary_path(settings.jsonl), summary.to_json())
     return summary, (str(grabber.error) if grabber.error is not None else None)
+
+
+def _check_out_mcap(path: str, source) -> None:
+    """Fail before any slow start-up: an unwritable target, a file edgecap did not write, or
+    the input log itself."""
+    from pathlib import Path
+
+    from edgecap.errors import EdgecapError
+    from edgecap.ros.mcap_out import check_target
+
+    target = Path(path).expanduser().resolve()
+    log_path = getattr(source, "path", None)
+    if log_path is not None and (target == Path(log_path).resolve()
+                                 or Path(log_path).resolve() in target.parents):
+        raise EdgecapError(f"--out-mcap {path} is the input log; write the captions to their "
+                           "own file")
+    check_target(path)
 
 
 def summary_path(jsonl: str):
@@ -326,6 +378,8 @@ def run(args) -> int:
               f"{summary_path(settings.jsonl)}")
     if settings.save_video and summary.captioned:
         print(f"video: {settings.save_video}")
+    if settings.out_mcap:
+        print(f"caption log: {settings.out_mcap} ({summary.captioned} captions)")
     return 0
 
 

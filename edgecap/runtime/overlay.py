@@ -20,11 +20,27 @@ from edgecap.errors import EdgecapError
 from edgecap.io import WorkDir, probe_writable
 
 from .records import Record
+from .sources import KnownObject
 
 GREEN, YELLOW, GREY, WHITE, BLACK = (60, 200, 60), (0, 210, 240), (150, 150, 150), (255, 255, 255), (0, 0, 0)
 MIN_WIDTH = 512
 MENTION_PROFIT = 0.5
 CAPTION_LINES = 3
+
+
+def object_marks(record: Record) -> list[tuple[KnownObject, str, tuple[int, int, int], int]]:
+    """(object, label, BGR colour, line thickness) per known object of the record: green when
+    the caption names its class, yellow for a similar noun, grey when not named. The video,
+    the window and the MCAP caption log (ImageAnnotations) all draw from this."""
+    matched = {m["class"]: m for m in (record.matches or [])
+               if m.get("exact") or m.get("profit", 0.0) >= MENTION_PROFIT}
+    marks = []
+    for obj in record.frame.objects or []:
+        m = matched.get(obj.cls)
+        color, thick = (GREEN, 3) if m and m.get("exact") else (YELLOW, 2) if m else (GREY, 1)
+        label = obj.cls if not m or m.get("exact") else f"{obj.cls} ~{m['noun']} {m['profit']:.2f}"
+        marks.append((obj, label, color, thick))
+    return marks
 
 
 def annotate(record: Record, min_width: int = MIN_WIDTH) -> np.ndarray:
@@ -38,14 +54,9 @@ def annotate(record: Record, min_width: int = MIN_WIDTH) -> np.ndarray:
                             interpolation=cv2.INTER_NEAREST)
     else:
         canvas = image.copy()
-    matched = {m["class"]: m for m in (record.matches or [])
-               if m.get("exact") or m.get("profit", 0.0) >= MENTION_PROFIT}
-    for obj in record.frame.objects or []:
-        m = matched.get(obj.cls)
-        color, thick = (GREEN, 3) if m and m.get("exact") else (YELLOW, 2) if m else (GREY, 1)
+    for obj, label, color, thick in object_marks(record):
         left, top, right, bottom = (int(round(v * scale)) for v in obj.box)
         cv2.rectangle(canvas, (left, top), (right, bottom), color, thick)
-        label = obj.cls if not m or m.get("exact") else f"{obj.cls} ~{m['noun']} {m['profit']:.2f}"
         cv2.putText(canvas, label, (left + 2, max(12, top - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
                     color, 1, cv2.LINE_AA)
     width = canvas.shape[1]

@@ -4,7 +4,7 @@ One record per captioned frame:
 
     {"frame_id", "image_id"?, "source", "t_capture", "wall_time", "caption", "tokens", "beam",
      "latency_ms": {"preprocess", "visual", "encoder", "decode"}, "capture_to_caption_ms",
-     "objects"?, "coverage"?: {">1%": .., ">3%": .., ">5%": .., ">10%": ..}, "mentioned"?}
+     "header_stamp_ns"?, "log_time_ns"?, "header_frame_id"? (robot logs), "objects"?, "coverage"?: {">1%": .., ">3%": .., ">5%": .., ">10%": ..}, "mentioned"?}
 
 The JSONL sink writes one whole line per record and flushes it, so a run that is interrupted
 (Ctrl-C, SIGTERM, a crash) leaves every finished record on disk as valid JSON Lines, readable
@@ -61,6 +61,8 @@ class Record:
             "latency_ms": {s: round(c.latency_ms.get(s, 0.0), 3) for s in STAGES},
             "capture_to_caption_ms": round(self.capture_to_caption_ms, 3),
         })
+        if f.stamp is not None:
+            out.update(f.stamp.to_json())
         if f.objects is not None:
             out["objects"] = [o.to_json() for o in f.objects]
         if self.coverage is not None:

@@ -1,4 +1,5 @@
-"""Frame sources: camera index, video file, RTSP/HTTP URL, image folder, ACVR sequence, synth.
+"""Frame sources: camera index, video file, RTSP/HTTP URL, image folder, ACVR sequence, synth,
+robot log (rosbag2 / MCAP).
 
 A source only reads; the capture thread (camera.py) stamps frame ids and timestamps and keeps
 the newest frame. `read()` returns one `Captured` frame or raises:
@@ -25,7 +26,8 @@ from edgecap.errors import EdgecapError
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 STREAM_SCHEMES = ("rtsp", "rtsps", "rtmp", "http", "https", "udp", "tcp")
 SOURCE_HELP = ("a camera index (0), a video file, an rtsp:// or http:// URL, an image folder, "
-               "an ACVR sequence folder, or synth://tabletop[?seed=S&size=N&fps=F&scene=SECONDS]")
+               "an ACVR sequence folder, a rosbag2 directory or .mcap / .db3 / .bag log, "
+               "or synth://tabletop[?seed=S&size=N&fps=F&scene=SECONDS]")
 
 
 class EndOfStream(Exception):
@@ -57,6 +59,19 @@ class KnownObject:
                 "area": round(float(self.area), 6)}
 
 
+@dataclass(frozen=True)
+class LogStamp:
+    """Where a logged image sits in time: its header stamp and the log's record time (ns)."""
+
+    header_ns: int                           # std_msgs/Header stamp: when the camera took it
+    log_ns: int                              # when the recorder received it (MCAP log_time)
+    frame_id: str = ""                       # std_msgs/Header frame_id (the camera's frame)
+
+    def to_json(self) -> dict:
+        return {"header_stamp_ns": self.header_ns, "log_time_ns": self.log_ns,
+                "header_frame_id": self.frame_id}
+
+
 @dataclass
 class Captured:
     """What a source read: the image, and what it knows about it."""
@@ -65,13 +80,17 @@ class Captured:
     index: int | None = None                 # position in a file/folder/sequence; None for cameras
     objects: list[KnownObject] | None = None
     image_id: str | None = None              # the dataset's name for the frame (ACVR "<seq>/<frame>")
+    stamp: LogStamp | None = None            # logged images: header stamp and log time
+    due: float | None = None                 # seconds after the first frame it was recorded
 
 
 class Source:
-    """Base class. `live` sources run at the device's rate and cannot be paced or replayed."""
+    """Base class. `live` sources run at the device's rate and cannot be paced or replayed.
+    `timed` sources say when each frame is due (Captured.due), so they replay without an fps."""
 
     name: str = "source"
     live: bool = False
+    timed: bool = False
     fps: float | None = None                 # native frame rate, when the source has one
 
     def open(self) -> None:
@@ -216,6 +235,86 @@ class ACVRSource(Source):
         return Captured(image, index, objects, image_id=frame.image_id)
 
 
+class LogSource(Source):
+    """One image topic of a robot log (edgecap.ros.logs): sensor_msgs/Image or CompressedImage.
+
+    Frames keep their header stamp and log time, and are due at their recorded log time, so
+    `--replay realtime` plays the log as the camera delivered it. A message that does not
+    deserialize or decode is a bad frame (skipped, counted); an encoding the runtime cannot
+    convert ends the run with one line naming it.
+    """
+
+    timed = True
+
+    def __init__(self, path: Path, topic: str | None = None, fps: float | None = None):
+        self.path = path
+        self.name = str(path)
+        self.wanted = topic
+        self._fps_override = fps
+        self.fps = fps
+        self.log = None
+        self.topic = None
+        self.note: str | None = None
+        self._messages = None
+        self._first_log_ns: int | None = None
+        self.position = 0
+
+    def open(self) -> None:
+        from edgecap.ros.logs import LogError, image_topic, open_log
+
+        try:
+            self.log = open_log(self.path)
+            self.topic = image_topic(self.log, self.wanted)
+        except LogError as exc:
+            self.close()
+            raise SourceOpenError(str(exc)) from None
+        self.name = f"{self.path}:{self.topic.name}"
+        self.note = self.log.note
+        if self._fps_override is None:
+            self.fps = self.topic.rate
+        self._messages = self.log.messages(self.topic.name)
+
+    def read(self) -> Captured:
+        from edgecap.ros.images import (
+            ImageDecodeError,
+            UnsupportedImage,
+            message_to_bgr,
+            stamp_ns,
+        )
+
+        if self._messages is None:
+            raise EndOfStream(self.name)
+        try:
+            log_ns, msg = next(self._messages)
+        except StopIteration:
+            raise EndOfStream(self.name) from None
+        index = self.position
+        self.position += 1
+        where = f"{self.name} message {index}"
+        if self._first_log_ns is None:
+            self._first_log_ns = log_ns
+        if msg is None:
+            raise BadFrame(f"{where}: does not deserialize as {self.topic.msgtype}")
+        try:
+            image = message_to_bgr(msg, self.topic.msgtype)
+            header = msg.header
+            stamp = LogStamp(stamp_ns(header.stamp), int(log_ns), str(header.frame_id))
+        except ImageDecodeError as exc:
+            raise BadFrame(f"{where}: {exc}") from None
+        except UnsupportedImage as exc:
+            raise SourceOpenError(f"source {self.name}: {exc}") from None
+        return Captured(check_image(image, where), index, stamp=stamp,
+                        due=(log_ns - self._first_log_ns) / 1e9)
+
+    def close(self) -> None:
+        if self._messages is not None:
+            self._messages.close()  # leaves the reader's `with` blocks: files closed
+            self._messages = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+
+
 @dataclass
 class SynthSpec:
     seed: int = 0
@@ -277,11 +376,20 @@ def _is_acvr(path: Path) -> bool:
     return any(p.is_dir() and (p / "labels.json").is_file() for p in path.iterdir())
 
 
-def make_source(spec: str, fps: float | None = None) -> Source:
-    """Build (not open) the source a command-line string names. `fps` overrides the native rate."""
+def make_source(spec: str, fps: float | None = None, topic: str | None = None) -> Source:
+    """Build (not open) the source a command-line string names. `fps` overrides the native rate;
+    `topic` picks the image topic of a robot log."""
+    from edgecap.ros.logs import is_log
+
     text = str(spec).strip()
     if not text:
         raise SourceOpenError(f"empty source; expected {SOURCE_HELP}")
+    path = Path(text).expanduser()
+    if "://" not in text and is_log(path):
+        return LogSource(path, topic, fps)
+    if topic is not None:
+        raise SourceOpenError(f"--topic {topic}: source {text!r} is not a robot log; --topic "
+                              "applies to rosbag2 directories and .mcap / .db3 / .bag files")
     if re.fullmatch(r"\d+", text):
         return CaptureSource(int(text), "camera", fps)
     scheme = urlsplit(text).scheme.lower()
@@ -292,7 +400,6 @@ def make_source(spec: str, fps: float | None = None) -> Source:
         return SynthSource(synth, text)
     if scheme in STREAM_SCHEMES:
         return CaptureSource(text, "stream", fps)
-    path = Path(text).expanduser()
     if path.is_dir():
         if _is_acvr(path):
             return ACVRSource(path, fps)
@@ -308,7 +415,7 @@ def make_source(spec: str, fps: float | None = None) -> Source:
     raise SourceOpenError(f"source {text!r}: no such file or directory; expected {SOURCE_HELP}")
 
 
-def open_source(spec: str, fps: float | None = None) -> Source:
-    source = make_source(spec, fps)
+def open_source(spec: str, fps: float | None = None, topic: str | None = None) -> Source:
+    source = make_source(spec, fps, topic)
     source.open()
     return source

@@ -6,6 +6,7 @@ Layout of `out`:
     objects.json                        cocoid -> ground-truth objects (class, box, area)
     acvr/<seq>/labels.json, <frame>.png, <frame>_mask.png
     video/tabletop.mp4, video/tabletop.jsonl
+    video/tabletop.mcap                 with mcap=True: the clip as a ROS 2 log (rosbag.py)
     synth.json                          the generator's settings, for provenance
 """
 
@@ -68,10 +69,15 @@ def generate_dataset(out, n_images: int, seed: int = 0, size: int = 128, sequenc
                      frames_per_sequence: int = 20, video_frames: int = 150,
                      video_size: int | None = None, fps: float = 15.0,
                      image_format: str = "jpg", force: bool = False,
-                     progress: bool = True) -> dict:
+                     progress: bool = True, mcap: bool = False) -> dict:
     """Write the synthetic dataset to `out`; returns a summary (counts, paths)."""
     video_size = size if video_size is None else video_size
     _check(n_images, seed, size, sequences, frames_per_sequence, video_frames, video_size, image_format)
+    if mcap and not video_frames:
+        raise EdgecapError("--mcap writes the video clip as a log; it needs --video-frames > 0")
+    if mcap:  # before any rendering: a missing extra is a one-line message now, not later
+        require("mcap_ros2", "ros", "writing the clip as an MCAP log")
+        require("rosbags", "ros", "writing the clip as an MCAP log")
     out = Path(out)
     check_replaceable(out, SYNTHETIC_WORLD, force)  # before the slow part
     probe_writable(out)
@@ -84,17 +90,19 @@ def generate_dataset(out, n_images: int, seed: int = 0, size: int = 128, sequenc
             for j in range(sequences):
                 _write_sequence(tmp / "acvr" / f"{j:06d}", seed, j, size, frames_per_sequence, bar)
             if video_frames:
-                _write_video(tmp / "video" / "tabletop.mp4", seed, video_size, video_frames, fps, bar)
+                _write_video(tmp / "video" / "tabletop.mp4", seed, video_size, video_frames, fps, bar,
+                             mcap)
             settings = {"generator": "edgecap.data.synth", "seed": seed, "images": n_images,
                         "size": size, "sequences": sequences,
                         "frames_per_sequence": frames_per_sequence,
                         "video_frames": video_frames, "video_size": video_size, "fps": fps,
-                        "image_format": image_format}
+                        "image_format": image_format, "mcap": mcap}
             dump_json(tmp / "synth.json", settings)
     finally:
         bar.close()
     return {"out": str(out), "images": len(images), "sequences": sequences,
-            "frames_per_sequence": frames_per_sequence, "video_frames": video_frames}
+            "frames_per_sequence": frames_per_sequence, "video_frames": video_frames,
+            "mcap": str(out / "video" / "tabletop.mcap") if mcap else None}
 
 
 def _write_karpathy(root: Path, n: int, seed: int, size: int, fmt: str, bar) -> list[dict]:
@@ -131,15 +139,28 @@ def _write_sequence(directory: Path, seed: int, index: int, size: int, n_frames:
     write_acvr_sequence(directory, frames)
 
 
-def _write_video(path: Path, seed: int, size: int, n_frames: int, fps: float, bar) -> None:
+def _write_video(path: Path, seed: int, size: int, n_frames: int, fps: float, bar,
+                 mcap: bool = False) -> None:
     world = TabletopWorld(seed, size, fps)
     sink = VideoSink(path, size, fps)
+    log = None
+    if mcap:
+        from .rosbag import McapClipSink
+
+        log = McapClipSink(path.with_suffix(".mcap"), world)
     try:
         for t in range(n_frames):
-            sink.write(world.render(t), world.scene_index(t))
+            frame = world.render(t)
+            sink.write(frame, world.scene_index(t))
+            if log is not None:
+                log.write(t, frame.image)
             bar.update(1)
+        if log is not None:
+            log.close()
     finally:
         sink.close()
+        if log is not None:
+            log.abort()  # no-op once closed; drops the partial file otherwise
 
 
 __all__ = ["generate_dataset", "split_plan"]

@@ -50,12 +50,15 @@ class TabletopWorld:
             self._cache = (index, sample_scene(rng_for(self.seed, STREAM_WORLD, index), self.size))
         return self._cache[1]
 
+    def camera(self, t: int) -> Camera:
+        """Where the camera is at frame t (its intrinsics: edgecap.data.synth.rosbag)."""
+        return camera_path(self.scene(self.scene_index(t)).camera, t, self.fps)
+
     def render(self, t: int) -> Rendered:
         if t < 0:
             raise ValueError(f"frame index must be >= 0, got {t}")
         scene = self.scene(self.scene_index(t))
-        cam = camera_path(scene.camera, t, self.fps)
-        return render(scene, cam, self.size, rng_for(self.seed, STREAM_NOISE, t))
+        return render(scene, self.camera(t), self.size, rng_for(self.seed, STREAM_NOISE, t))
 
     def render_frame(self, t: int) -> tuple[np.ndarray, list[dict]]:
         frame = self.render(t)

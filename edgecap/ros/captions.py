@@ -1,0 +1,103 @@
+"""The caption track as ROS 2 messages (dicts of fields), shared by the MCAP sink and the ROS 2
+node:
+
+    /edgecap/caption      std_msgs/msg/String                the caption text
+    /edgecap/record       std_msgs/msg/String                the JSON record (latency, coverage)
+    /edgecap/annotations  foxglove_msgs/msg/ImageAnnotations boxes of the known objects, coloured
+                                                             by whether the caption names them,
+                                                             and the caption as text
+
+Every message of one caption carries the captioned image's header stamp (annotations in their
+`timestamp` fields; the log writer also uses it for log time), so Foxglove draws the
+annotations on exactly the image they belong to.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass
+
+from .images import time_msg
+
+STRING = "std_msgs/msg/String"
+ANNOTATIONS = "foxglove_msgs/msg/ImageAnnotations"
+CAPTION_TOPIC = "/edgecap/caption"
+RECORD_TOPIC = "/edgecap/record"
+ANNOTATIONS_TOPIC = "/edgecap/annotations"
+LINE_LOOP = 2                              # foxglove_msgs/PointsAnnotation.LINE_LOOP
+WHITE = (1.0, 1.0, 1.0, 1.0)
+BACKDROP = (0.0, 0.0, 0.0, 0.6)
+CLEAR = (0.0, 0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class Box:
+    """One object to outline: an inclusive pixel box, a label, an RGBA colour (0..1)."""
+
+    left: float
+    top: float
+    right: float
+    bottom: float
+    label: str
+    rgba: tuple[float, float, float, float]
+    thickness: float = 2.0
+
+
+def string_msg(text: str) -> dict:
+    return {"data": str(text)}
+
+
+def record_msg(record: dict) -> dict:
+    return string_msg(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+
+
+def _color(rgba) -> dict:
+    r, g, b, a = rgba
+    return {"r": float(r), "g": float(g), "b": float(b), "a": float(a)}
+
+
+def _point(x: float, y: float) -> dict:
+    return {"x": float(x), "y": float(y)}
+
+
+def _text(stamp: dict, x: float, y: float, text: str, size: float, rgba, backdrop) -> dict:
+    return {"timestamp": stamp, "position": _point(x, y), "text": text, "font_size": float(size),
+            "text_color": _color(rgba), "background_color": _color(backdrop)}
+
+
+def image_annotations(stamp_ns: int, width: int, boxes: list[Box], caption: str | None) -> dict:
+    """foxglove_msgs/ImageAnnotations fields: one closed outline and label per box, and the
+    caption wrapped into lines at the image's top-left.
+
+    Foxglove's image coordinates put the origin at the top-left corner of the top-left pixel,
+    so the inclusive box [l, r] x [t, b] covers l .. r + 1 and t .. b + 1.
+    """
+    stamp = time_msg(stamp_ns)
+    font = max(4.0, width / 32.0)          # scales with the image, as Foxglove zooms it
+    points, texts = [], []
+    for box in boxes:
+        left, top, right, bottom = box.left, box.top, box.right + 1, box.bottom + 1
+        points.append({"timestamp": stamp, "type": LINE_LOOP,
+                       "points": [_point(left, top), _point(right, top), _point(right, bottom),
+                                  _point(left, bottom)],
+                       "outline_color": _color(box.rgba), "outline_colors": [],
+                       "fill_color": _color(CLEAR), "thickness": float(box.thickness)})
+        texts.append(_text(stamp, left, max(top - 1, font), box.label, font * 0.8, box.rgba,
+                           BACKDROP))
+    if caption is not None:
+        chars = max(16, int(width / (0.55 * font)))
+        for i, line in enumerate(textwrap.wrap(caption or "(empty caption)", chars)):
+            texts.append(_text(stamp, 2, font * (i + 1.2), line, font, WHITE, BACKDROP))
+    return {"circles": [], "points": points, "texts": texts}
+
+
+def caption_messages(stamp_ns: int, width: int, caption: str, record: dict,
+                     boxes: list[Box] | None) -> list[tuple[str, str, dict]]:
+    """(topic, type, fields) of one caption; annotations only when objects are known."""
+    out = [(CAPTION_TOPIC, STRING, string_msg(caption)),
+           (RECORD_TOPIC, STRING, record_msg(record))]
+    if boxes is not None:
+        out.append((ANNOTATIONS_TOPIC, ANNOTATIONS,
+                    image_annotations(stamp_ns, width, boxes, caption)))
+    return out

@@ -1,0 +1,165 @@
+"""Writing MCAP logs of ROS 2 messages (CDR, `ros2msg` schemas) that Foxglove, `ros2 bag` and
+rosbags read.
+
+Messages are given as dicts of their fields (edgecap.ros.images / captions build them) and
+encoded by mcap-ros2-support from the message definitions. The standard definitions
+(std_msgs, sensor_msgs, builtin_interfaces) come from rosbags' ROS 2 type store; the
+foxglove_msgs definitions below are the field lists of the ROS 2 package foxglove_msgs, the
+ROS encoding of the foxglove.ImageAnnotations schema, so Foxglove's Image panel draws them.
+
+The file is written beside its target (`.NAME.partial`) and renamed when `close()` finishes
+it, so the target name only ever holds a complete, indexed MCAP file; a run stopped by
+SIGINT / SIGTERM still closes it. Each log carries an MCAP metadata record "edgecap", which is
+how an existing file is recognised as ours: any other file under the target name is refused,
+never overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from edgecap.errors import EdgecapError, require
+
+OWNER_METADATA = "edgecap"
+
+# foxglove_msgs/msg/* as in the foxglove_msgs ROS 2 package (comments left out).
+FOXGLOVE_MSGS = {
+    "foxglove_msgs/msg/Point2": "float64 x\nfloat64 y\n",
+    "foxglove_msgs/msg/Color": "float64 r\nfloat64 g\nfloat64 b\nfloat64 a\n",
+    "foxglove_msgs/msg/CircleAnnotation": (
+        "builtin_interfaces/Time timestamp\nfoxglove_msgs/Point2 position\nfloat64 diameter\n"
+        "float64 thickness\nfoxglove_msgs/Color fill_color\nfoxglove_msgs/Color outline_color\n"),
+    "foxglove_msgs/msg/PointsAnnotation": (
+        "builtin_interfaces/Time timestamp\nuint8 UNKNOWN=0\nuint8 POINTS=1\nuint8 LINE_LOOP=2\n"
+        "uint8 LINE_STRIP=3\nuint8 LINE_LIST=4\nuint8 type\nfoxglove_msgs/Point2[] points\n"
+        "foxglove_msgs/Color outline_color\nfoxglove_msgs/Color[] outline_colors\n"
+        "foxglove_msgs/Color fill_color\nfloat64 thickness\n"),
+    "foxglove_msgs/msg/TextAnnotation": (
+        "builtin_interfaces/Time timestamp\nfoxglove_msgs/Point2 position\nstring text\n"
+        "float64 font_size\nfoxglove_msgs/Color text_color\nfoxglove_msgs/Color background_color\n"),
+    "foxglove_msgs/msg/ImageAnnotations": (
+        "foxglove_msgs/CircleAnnotation[] circles\nfoxglove_msgs/PointsAnnotation[] points\n"
+        "foxglove_msgs/TextAnnotation[] texts\n"),
+}
+
+_TYPESTORE = None
+
+
+def _typestore():
+    global _TYPESTORE
+    if _TYPESTORE is None:
+        require("rosbags", "ros", "ROS 2 message definitions")
+        from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+        store = get_typestore(Stores.LATEST)
+        for name, text in FOXGLOVE_MSGS.items():
+            store.register(get_types_from_msg(text, name))
+        _TYPESTORE = store
+    return _TYPESTORE
+
+
+def msgdef(typename: str) -> str:
+    """The `ros2msg` schema text of a type: its definition, then each dependency's."""
+    store = _typestore()
+    if typename not in store.fielddefs:
+        raise EdgecapError(f"unknown ROS 2 message type {typename}")
+    return store.generate_msgdef(typename, ros_version=2)[0]
+
+
+def written_by_edgecap(path: Path) -> bool:
+    """True when `path` is an MCAP file with edgecap's metadata record."""
+    from mcap.exceptions import McapError
+    from mcap.reader import make_reader
+
+    try:
+        with path.open("rb") as fh:
+            return any(m.name == OWNER_METADATA for m in make_reader(fh).iter_metadata())
+    except (McapError, OSError, ValueError, EOFError, KeyError, StopIteration):
+        return False
+
+
+def check_target(path: str | os.PathLike, flag: str = "--out-mcap") -> Path:
+    """Refuse, before any slow work, a target that is a directory, a file edgecap did not
+    write, or a place that cannot be written."""
+    from edgecap.io import nearest_existing
+
+    path = Path(path)
+    if path.is_dir():
+        raise EdgecapError(f"{flag} {path} is a directory; expected a .mcap file path")
+    if path.exists() and not written_by_edgecap(path):
+        raise EdgecapError(f"{flag} {path} exists and is not an MCAP log written by edgecap; "
+                           "not overwriting it (remove it or choose another path)")
+    parent = nearest_existing(path.parent if str(path.parent) else Path("."))
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise EdgecapError(f"{flag} {path}: cannot write to {parent}")
+    return path
+
+
+class McapLogWriter:
+    """`write(topic, typename, fields, log_time_ns)` then `close()`; `flag` names the option
+    in error messages."""
+
+    def __init__(self, path: str | os.PathLike, flag: str = "--out-mcap",
+                 metadata: dict[str, str] | None = None):
+        require("mcap", "ros", "writing MCAP logs")
+        require("mcap_ros2", "ros", "writing MCAP logs")
+        from mcap_ros2.writer import Writer
+
+        from edgecap import __version__
+
+        self.path = check_target(path, flag)
+        self.flag = flag
+        self.tmp = self.path.with_name(f".{self.path.name}.partial")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self.tmp.open("wb")
+        except OSError as exc:
+            raise EdgecapError(f"{flag} {self.path}: cannot write ({exc.strerror or exc})") from None
+        self._writer = Writer(self._fh)
+        self._writer.add_metadata(OWNER_METADATA, {"version": __version__, **(metadata or {})})
+        self._schemas: dict[str, object] = {}
+        self.count = 0
+        self._closed = False
+
+    def write(self, topic: str, typename: str, fields: dict, log_time_ns: int,
+              publish_time_ns: int | None = None) -> None:
+        schema = self._schemas.get(typename)
+        if schema is None:
+            # Schema names as rosbag2's MCAP storage writes them: sensor_msgs/msg/Image.
+            schema = self._schemas[typename] = self._writer.register_msgdef(
+                typename, msgdef(typename))
+        try:
+            self._writer.write_message(topic, schema, fields, log_time=int(log_time_ns),
+                                       publish_time=int(publish_time_ns if publish_time_ns
+                                                        is not None else log_time_ns),
+                                       sequence=self.count)
+        except OSError as exc:
+            raise EdgecapError(f"{self.flag} {self.path}: write failed "
+                               f"({exc.strerror or exc})") from None
+        self.count += 1
+
+    def close(self) -> None:
+        """Finish the file (summary, index, footer) and move it onto the target. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._writer.finish()
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            self.abort()
+            raise EdgecapError(f"{self.flag} {self.path}: cannot finish the log "
+                               f"({exc.strerror or exc})") from None
+
+    def abort(self) -> None:
+        """Drop the partial file (used when the log could not be finished)."""
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._fh.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)

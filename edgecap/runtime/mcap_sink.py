@@ -1,0 +1,55 @@
+"""`--out-mcap FILE`: the caption track as an MCAP log beside the input log.
+
+Per captioned frame (topics and types in edgecap.ros.captions): the caption on
+/edgecap/caption, the JSON record on /edgecap/record, and, when objects are known (ground
+truth or --detections), foxglove_msgs/ImageAnnotations on /edgecap/annotations. All of them
+are logged at the captioned image's own log time and carry its header stamp, so the caption
+log opened together with the input log in Foxglove lines up with the camera, message for
+message. Frames from a camera (no log) use their capture wall time for both.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .records import Record
+
+
+def _ns(seconds: float) -> int:
+    return int(round(seconds * 1e9))
+
+
+class McapCaptionSink:
+    """`write(record)` appends one caption's messages; `close()` finishes the file."""
+
+    def __init__(self, path: str | os.PathLike, source: str = "", bundle: str = ""):
+        from edgecap.ros.mcap_out import McapLogWriter
+
+        self.writer = McapLogWriter(path, "--out-mcap", {
+            "source": source, "bundle": bundle, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        self.path = self.writer.path
+        self.count = 0
+
+    def write(self, record: Record) -> None:
+        from edgecap.ros.captions import Box, caption_messages
+
+        frame = record.frame
+        if frame.stamp is not None:
+            header_ns, log_ns = frame.stamp.header_ns, frame.stamp.log_ns
+        else:
+            header_ns = log_ns = _ns(frame.wall_time)
+        boxes = None
+        if frame.objects is not None:
+            from .overlay import object_marks
+
+            boxes = [Box(*obj.box, label, (b / 255.0, g / 255.0, r / 255.0, 1.0), float(thick))
+                     for obj, label, (b, g, r), thick in object_marks(record)]
+        width = frame.image.shape[1]
+        for topic, typename, fields in caption_messages(header_ns, width, record.caption.text,
+                                                        record.to_json(), boxes):
+            self.writer.write(topic, typename, fields, log_ns)
+        self.count += 1
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,0 +1,419 @@
+"""Robot logs in, caption logs out: logs written by rosbags' and mcap-ros2-support's own writers
+(rosbag2 in SQLite3 and MCAP storage, bare .mcap; Image and CompressedImage), the loop run over
+them, and the caption log read back with rosbags, not the library that wrote it."""
+
+import io
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runtime_helpers import FakeBundle
+
+pytest.importorskip("rosbags")
+pytest.importorskip("mcap_ros2")
+
+from rosbags.highlevel import AnyReader  # noqa: E402
+from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
+from rosbags.typesys import Stores, get_typestore  # noqa: E402
+
+from edgecap.errors import EdgecapError  # noqa: E402
+from edgecap.runtime.camera import FrameGrabber  # noqa: E402
+from edgecap.runtime.captioner import Captioner  # noqa: E402
+from edgecap.runtime.command import RunSettings, execute  # noqa: E402
+from edgecap.runtime.sources import (  # noqa: E402
+    BadFrame,
+    EndOfStream,
+    KnownObject,
+    LogSource,
+    SourceOpenError,
+    make_source,
+)
+
+STORE = get_typestore(Stores.LATEST)
+T = STORE.types
+IMAGE, COMPRESSED = "sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage"
+START = 1_712_000_000_123_456_789
+PERIOD = 50_000_000                      # 20 Hz
+DELAY = 3_000_000                        # driver stamp -> recorder log time
+COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30), (30, 200, 200)]
+
+
+def frames(n=5):
+    """(header stamp, log time, BGR image) of a 20 Hz camera; the dominant channel cycles."""
+    out = []
+    for i in range(n):
+        image = np.zeros((24, 32, 3), np.uint8)
+        image[:] = COLOURS[i % len(COLOURS)]
+        image[4:10, 6:14] = 255
+        out.append((START + i * PERIOD, START + i * PERIOD + DELAY, image))
+    return out
+
+
+def _header(stamp):
+    sec, nsec = divmod(stamp, 1_000_000_000)
+    return T["std_msgs/msg/Header"](stamp=T["builtin_interfaces/msg/Time"](sec=sec, nanosec=nsec),
+                                    frame_id="camera_optical")
+
+
+def image_msg(stamp, image):
+    rgb = np.ascontiguousarray(image[:, :, ::-1])
+    return T[IMAGE](header=_header(stamp), height=rgb.shape[0], width=rgb.shape[1],
+                    encoding="rgb8", is_bigendian=0, step=rgb.shape[1] * 3, data=rgb.reshape(-1))
+
+
+def compressed_msg(stamp, image, data=None):
+    import cv2
+
+    if data is None:
+        data = cv2.imencode(".png", image)[1].tobytes()
+    return T[COMPRESSED](header=_header(stamp), format="png",
+                         data=np.frombuffer(data, np.uint8))
+
+
+def write_rosbag2(path, storage, topics):
+    """topics: {name: (msgtype, [(log_time, message), ...])} with rosbags' rosbag2 Writer."""
+    plugin = {"sqlite3": StoragePlugin.SQLITE3, "mcap": StoragePlugin.MCAP}[storage]
+    with Writer(path, version=9, storage_plugin=plugin) as writer:
+        for name, (msgtype, messages) in topics.items():
+            conn = writer.add_connection(name, msgtype, typestore=STORE)
+            for log_time, msg in messages:
+                writer.write(conn, log_time, STORE.serialize_cdr(msg, msgtype))
+    return path
+
+
+def write_mcap(path, topics, chunk_size=1024 * 1024):
+    """A bare .mcap with mcap-ros2-support's own Writer (messages as dicts)."""
+    from mcap_ros2.writer import Writer as McapWriter
+
+    def as_dict(msg):
+        if hasattr(msg, "__dataclass_fields__"):
+            return {k: as_dict(getattr(msg, k)) for k in msg.__dataclass_fields__
+                    if k != "__msgtype__"}
+        if isinstance(msg, np.ndarray):
+            return msg.tobytes()
+        return msg
+
+    with open(path, "wb") as fh:
+        writer = McapWriter(fh, chunk_size=chunk_size)
+        for name, (msgtype, messages) in topics.items():
+            schema = writer.register_msgdef(msgtype, STORE.generate_msgdef(msgtype, ros_version=2)[0])
+            for log_time, msg in messages:
+                writer.write_message(name, schema, as_dict(msg), log_time=log_time)
+        writer.finish()
+    return path
+
+
+def camera_topics(kind="image", n=5):
+    make = image_msg if kind == "image" else compressed_msg
+    return {"/camera/image_raw" if kind == "image" else "/camera/image/compressed":
+            (IMAGE if kind == "image" else COMPRESSED,
+             [(log, make(stamp, img)) for stamp, log, img in frames(n)])}
+
+
+def drain(source):
+    good, bad = [], []
+    while True:
+        try:
+            good.append(source.read())
+        except BadFrame as exc:
+            bad.append(str(exc))
+        except EndOfStream:
+            return good, bad
+
+
+LOG_KINDS = [("sqlite3", "image"), ("sqlite3", "compressed"), ("mcap", "image"),
+             ("mcap", "compressed"), ("bare", "image"), ("bare", "compressed")]
+
+
+def make_log(tmp_path, storage, kind, n=5):
+    if storage == "bare":
+        return write_mcap(tmp_path / "run.mcap", camera_topics(kind, n))
+    return write_rosbag2(tmp_path / f"bag_{storage}", storage, camera_topics(kind, n))
+
+
+@pytest.mark.parametrize("storage, kind", LOG_KINDS)
+def test_log_source_reads_images_with_their_stamps(tmp_path, storage, kind):
+    source = make_source(str(make_log(tmp_path, storage, kind)))
+    assert isinstance(source, LogSource)
+    source.open()
+    try:
+        good, bad = drain(source)
+    finally:
+        source.close()
+    assert not bad
+    expected = frames()
+    assert [c.index for c in good] == list(range(5))
+    for captured, (stamp, log_time, image) in zip(good, expected, strict=True):
+        assert np.array_equal(captured.image, image)
+        assert captured.stamp.header_ns == stamp and captured.stamp.log_ns == log_time
+        assert captured.stamp.frame_id == "camera_optical"
+    assert [round(c.due, 3) for c in good] == [0.0, 0.05, 0.1, 0.15, 0.2]
+    assert source.fps == pytest.approx(20.0, rel=0.05)
+
+
+def test_a_killed_recording_without_metadata_is_read_from_its_mcap_files(tmp_path):
+    bag = make_log(tmp_path, "mcap", "image")
+    (bag / "metadata.yaml").unlink()
+    source = make_source(str(bag))
+    source.open()
+    good, _ = drain(source)
+    source.close()
+    assert len(good) == 5 and "no metadata.yaml" in source.note
+
+
+def _two_camera_log(tmp_path):
+    topics = camera_topics("image")
+    topics.update(camera_topics("compressed"))
+    topics["/chatter"] = ("std_msgs/msg/String", [(START, T["std_msgs/msg/String"](data="hi"))])
+    return write_mcap(tmp_path / "two.mcap", topics)
+
+
+def test_several_image_topics_need_topic_and_the_error_lists_them(tmp_path):
+    log = _two_camera_log(tmp_path)
+    with pytest.raises(SourceOpenError) as err:
+        make_source(str(log)).open()
+    message = str(err.value)
+    assert "2 image topics; choose one with --topic" in message and "\n" not in message
+    assert "/camera/image_raw (Image, 5 msgs)" in message
+    assert "/camera/image/compressed (CompressedImage, 5 msgs)" in message
+    source = make_source(str(log), topic="/camera/image/compressed")
+    source.open()
+    assert len(drain(source)[0]) == 5
+    source.close()
+
+
+@pytest.mark.parametrize("topic, message", [
+    ("/camera/depth", "no topic '/camera/depth'; image topics: /camera/image/compressed"),
+    ("/chatter", "topic /chatter is std_msgs/msg/String, not sensor_msgs/msg/Image"),
+])
+def test_a_missing_topic_or_another_type_is_one_line(tmp_path, topic, message):
+    with pytest.raises(SourceOpenError, match=message):
+        make_source(str(_two_camera_log(tmp_path)), topic=topic).open()
+
+
+def test_topic_on_a_non_log_source_is_refused():
+    with pytest.raises(SourceOpenError, match="--topic applies to rosbag2"):
+        make_source("synth://tabletop", topic="/camera/image_raw")
+
+
+def test_a_truncated_mcap_is_read_up_to_the_cut(tmp_path):
+    # Noise does not compress, and small chunks are what a cut loses: as in a long recording.
+    rng = np.random.default_rng(1)
+    shots = [(stamp, log_time, rng.integers(0, 256, (24, 32, 3), dtype=np.uint8))
+             for stamp, log_time, _ in frames(40)]
+    log = write_mcap(tmp_path / "run.mcap", {"/camera/image_raw": (
+        IMAGE, [(log_time, image_msg(stamp, img)) for stamp, log_time, img in shots])},
+        chunk_size=8 * 1024)
+    data = log.read_bytes()
+    cut = tmp_path / "cut.mcap"
+    cut.write_bytes(data[: len(data) * 6 // 10])
+    source = make_source(str(cut))
+    source.open()
+    good, bad = drain(source)
+    source.close()
+    assert 0 < len(good) < 40 and not bad
+    assert [c.stamp.header_ns for c in good] == [f[0] for f in frames(40)[: len(good)]]
+    assert "recording cut short" in source.note and "mcap recover" in source.note
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("junk.mcap", b"this is not an mcap file at all" * 10, "not a readable MCAP file"),
+    ("junk.db3", b"SQLite format 3\x00" + b"\x07" * 500, "cannot read"),
+])
+def test_a_corrupt_log_is_one_line(tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(SourceOpenError, match=message) as err:
+        make_source(str(tmp_path / name)).open()
+    assert "\n" not in str(err.value) and name in str(err.value)
+
+
+def test_a_sqlite_log_damaged_mid_way_ends_the_run_with_one_line(tmp_path):
+    bag = make_log(tmp_path, "sqlite3", "image", n=30)
+    db = next(bag.glob("*.db3"))
+    with sqlite3.connect(db) as con:  # a page of message rows overwritten with garbage
+        con.execute("PRAGMA journal_mode=DELETE")
+    raw = bytearray(db.read_bytes())
+    page = 4096
+    for offset in range(page * 3, len(raw) - page, page * 2):
+        raw[offset: offset + 64] = b"\xff" * 64
+    db.write_bytes(bytes(raw))
+    source = make_source(str(bag))
+    try:
+        source.open()
+        drain(source)
+    except (SourceOpenError, EdgecapError) as exc:
+        assert "\n" not in str(exc) and str(bag) in str(exc)
+    else:
+        pytest.fail("a damaged SQLite log read without complaint")
+    finally:
+        source.close()
+
+
+def test_a_compressed_image_that_does_not_decode_is_skipped_and_counted(tmp_path):
+    msgs = [(log, compressed_msg(stamp, img)) for stamp, log, img in frames()]
+    stamp, log, _ = frames()[2]
+    msgs[2] = (log, compressed_msg(stamp, None, data=b"\x89PNG\r\n\x1a\n broken"))
+    bag = write_rosbag2(tmp_path / "bag", "mcap", {"/cam": (COMPRESSED, msgs)})
+    summary, error = execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
+                             RunSettings(source=str(bag), pace="every", quiet=True),
+                             out=io.StringIO())
+    assert error is None
+    assert summary.captioned == 4 and summary.grabber.skipped == 1
+    assert "message 2" in summary.grabber.last_skip and "does not decode" in summary.grabber.last_skip
+
+
+def test_an_unknown_encoding_ends_the_run_with_one_line_naming_it(tmp_path):
+    stamp, log, img = frames()[0]
+    msg = image_msg(stamp, img)
+    msg.encoding = "yuv420"
+    bag = write_mcap(tmp_path / "yuv.mcap", {"/cam": (IMAGE, [(log, msg)])})
+    summary, error = execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
+                             RunSettings(source=str(bag), pace="every", quiet=True),
+                             out=io.StringIO())
+    assert summary.captioned == 0
+    assert "'yuv420' is not supported" in error and "/cam" in error and "\n" not in error
+
+
+def test_realtime_replay_releases_frames_at_their_recorded_times(tmp_path):
+    source = make_source(str(make_log(tmp_path, "bare", "image")))
+    source.open()
+    published = []
+    grabber = FrameGrabber(source, pace="native",
+                           on_publish=lambda f: published.append(f.t_capture))
+    with grabber:
+        while not grabber.finished:
+            grabber.get(timeout=0.05)
+    assert len(published) == 5
+    # frame k is released 50 ms * k after the first, as recorded (never earlier)
+    assert all(published[k] - published[0] >= 0.05 * k - 1e-3 for k in range(5))
+
+
+def _read_caption_log(path):
+    """topic -> [(log time, message)] with rosbags (the log was written by mcap-ros2-support)."""
+    out = {}
+    with AnyReader([Path(path)]) as reader:
+        for conn, log_time, raw in reader.messages():
+            out.setdefault(conn.topic, []).append((log_time, reader.deserialize(raw, conn.msgtype),
+                                                   conn.msgtype))
+    return out
+
+
+def _ns(stamp):
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+@pytest.mark.parametrize("storage, kind", [("sqlite3", "image"), ("bare", "compressed")])
+def test_caption_log_is_stamped_like_the_images_and_readable_by_rosbags(tmp_path, storage, kind):
+    log = make_log(tmp_path, storage, kind)
+    out = tmp_path / "captions.mcap"
+    detections = tmp_path / "det.jsonl"
+    detections.write_text("\n".join(json.dumps(
+        {"frame_id": i, "objects": [{"class": "cup", "box": [6, 4, 13, 9]},
+                                    {"class": "bottle", "box": [20, 10, 30, 20]}]})
+        for i in range(5)) + "\n")
+    summary, error = execute(
+        Captioner(FakeBundle(batch_size=1, beam_size=1)),
+        RunSettings(source=str(log), replay="fast", pace="every", out_mcap=str(out),
+                    detections=str(detections), coverage=False, quiet=True),
+        out=io.StringIO())
+    assert error is None and summary.captioned == 5
+    topics = _read_caption_log(out)
+    assert set(topics) == {"/edgecap/caption", "/edgecap/record", "/edgecap/annotations"}
+    stamps = [f[0] for f in frames()]
+    log_times = [f[1] for f in frames()]
+    captions = topics["/edgecap/caption"]
+    assert [t for t, _, _ in captions] == log_times           # logged when the image was
+    assert {m for _, _, m in captions} == {"std_msgs/msg/String"}
+    records = [json.loads(m.data) for _, m, _ in topics["/edgecap/record"]]
+    assert [m.data for _, m, _ in captions] == [r["caption"] for r in records]
+    assert all(m.data.endswith(" cup") for _, m, _ in captions)
+    assert [r["header_stamp_ns"] for r in records] == stamps
+    assert [r["log_time_ns"] for r in records] == log_times
+    assert all("capture_to_caption_ms" in r and "latency_ms" in r for r in records)
+    annotations = topics["/edgecap/annotations"]
+    assert {m for _, _, m in annotations} == {"foxglove_msgs/msg/ImageAnnotations"}
+    for (log_time, msg, _), stamp in zip(annotations, stamps, strict=True):
+        assert log_time == log_times[stamps.index(stamp)]
+        assert {_ns(p.timestamp) for p in msg.points} == {stamp}
+        assert {_ns(t.timestamp) for t in msg.texts} == {stamp}
+        cup = msg.points[0]
+        assert cup.type == 2 and [(p.x, p.y) for p in cup.points] == [(6, 4), (14, 4), (14, 10),
+                                                                        (6, 10)]
+        texts = [t.text for t in msg.texts]
+        assert texts[:2] == ["cup", "bottle"]
+        assert texts[2:] == [records[stamps.index(stamp)]["caption"]]
+
+
+def test_named_and_unnamed_objects_get_different_colours(tmp_path):
+    from runtime_helpers import solid
+
+    from edgecap.runtime.camera import Frame
+    from edgecap.runtime.captioner import Caption
+    from edgecap.runtime.mcap_sink import McapCaptionSink
+    from edgecap.runtime.records import Record
+    from edgecap.runtime.sources import LogStamp
+
+    frame = Frame(solid((0, 0, 200), 32), 0, 1.0, 2.0,
+                  [KnownObject("cup", (1, 1, 10, 10), 0.1), KnownObject("bottle", (12, 12, 20, 20), 0.1)],
+                  stamp=LogStamp(START, START + DELAY, "cam"))
+    record = Record(frame, Caption("a cup on a table", [4, 8], beam=1), "test", 1.1)
+    record.matches = [{"noun": "cup", "class": "cup", "profit": 1.0, "exact": True}]
+    sink = McapCaptionSink(tmp_path / "c.mcap")
+    sink.write(record)
+    sink.close()
+    msg = _read_caption_log(tmp_path / "c.mcap")["/edgecap/annotations"][0][1]
+    named, unnamed = msg.points
+    assert named.outline_color.g > 0.7 and named.thickness > unnamed.thickness
+    assert (unnamed.outline_color.r, unnamed.outline_color.g) != (named.outline_color.r,
+                                                                  named.outline_color.g)
+    assert [t.text for t in msg.texts][-1] == "a cup on a table"
+
+
+def test_caption_log_refuses_to_overwrite_a_file_it_did_not_write(tmp_path):
+    log = make_log(tmp_path, "bare", "image")
+    theirs = tmp_path / "theirs.mcap"
+    theirs.write_bytes(b"precious")
+    with pytest.raises(EdgecapError, match="not an MCAP log written by edgecap"):
+        execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
+                RunSettings(source=str(log), out_mcap=str(theirs)), out=io.StringIO())
+    assert theirs.read_bytes() == b"precious"
+    with pytest.raises(EdgecapError, match="is the input log"):
+        execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
+                RunSettings(source=str(log), out_mcap=str(log)), out=io.StringIO())
+    # A log edgecap wrote is replaced by the next run.
+    ours = tmp_path / "ours.mcap"
+    for frames_wanted in (5, 2):
+        summary, _ = execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
+                             RunSettings(source=str(log), pace="every", frames=frames_wanted,
+                                         out_mcap=str(ours), quiet=True), out=io.StringIO())
+        assert len(_read_caption_log(ours)["/edgecap/caption"]) == frames_wanted
+
+
+def test_unwritable_caption_log_fails_before_captioning(tmp_path):
+    log = make_log(tmp_path, "bare", "image")
+    blocker = tmp_path / "notes.txt"         # a file where the log's folder would have to be
+    blocker.write_text("keep me")
+    bundle = FakeBundle(batch_size=1, beam_size=1)
+    with pytest.raises(EdgecapError, match="cannot write to .*notes.txt"):
+        execute(Captioner(bundle), RunSettings(source=str(log), out_mcap=str(blocker / "c.mcap")),
+                out=io.StringIO())
+    assert bundle.seen_batches == [] and blocker.read_text() == "keep me"
+
+
+def test_stop_mid_run_leaves_a_finished_readable_caption_log(tmp_path):
+    log = make_log(tmp_path, "bare", "image", n=200)
+    out = tmp_path / "stopped.mcap"
+    stop = threading.Event()
+    bundle = FakeBundle(batch_size=1, beam_size=1, delay=0.01)
+    timer = threading.Timer(0.3, stop.set)  # what SIGINT / SIGTERM do in the CLI
+    timer.start()
+    summary, error = execute(Captioner(bundle), RunSettings(source=str(log), out_mcap=str(out),
+                                                            quiet=True), stop=stop,
+                             out=io.StringIO())
+    timer.join()
+    assert error is None and summary.stopped_by == "signal" and 0 < summary.captioned < 200
+    assert len(_read_caption_log(out)["/edgecap/caption"]) == summary.captioned
+    assert not list(tmp_path.glob(".*partial"))
