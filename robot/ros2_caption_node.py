@@ -1,44 +1,32 @@
 #!/usr/bin/env python3
 """ROS 2 node: caption the newest camera image with an edgecap bundle.
 
-UNTESTED HERE: the development machines have no ROS 2. The edgecap side (Captioner) is the
-tested Python API; the ROS plumbing below follows rclpy's documented API but has not been run.
-
     source /opt/ros/humble/setup.bash
     python3 robot/ros2_caption_node.py --ros-args -p bundle:=/opt/edgecap/bundle \
         -p image_topic:=/camera/image_raw -p beam:=3 -p max_rate:=5.0
+    # a compressed stream: -p image_topic:=/camera/image_raw/compressed -p compressed:=true
 
-Subscribes to `image_topic` (sensor_msgs/Image: bgr8, rgb8 or mono8) with a depth-1
-best-effort queue and keeps only the newest message, like `edgecap run`'s capture thread; a
-worker thread captions it and publishes a JSON std_msgs/String on `caption_topic`:
+Subscribes to `image_topic` (sensor_msgs/Image in any encoding edgecap.ros.images reads, or
+sensor_msgs/CompressedImage jpeg / png) with a depth-1 best-effort queue and keeps only the
+newest message, like `edgecap run`'s capture thread; a worker thread captions it and publishes
+what `edgecap run --out-mcap` writes, from the same code (edgecap.runtime.mcap_sink
+.record_messages):
 
-    {"stamp": <header stamp, s>, "frame_id": <header frame_id>, "caption": ..., "tokens": [...],
-     "latency_ms": {...}, "capture_to_caption_ms": <receive -> caption>, "dropped": <count>}
+    /edgecap/caption      std_msgs/String                 the caption
+    /edgecap/record       std_msgs/String                 JSON record: header stamp, latency, ...
+    /edgecap/annotations  foxglove_msgs/ImageAnnotations  only with objects; needs foxglove_msgs
 
-rclpy is imported only in main(), so `import ros2_caption_node` works without ROS.
+Everything between the rclpy message and the published fields (image conversion, captioning,
+the caption messages) is `CaptionRelay`, which tests/test_runtime_ros2.py runs on messages
+deserialised from real logs. Only the rclpy plumbing in main() is untested here (no ROS 2 on
+the development machines); rclpy is imported only in main(), so the module imports without ROS.
 """
 
 from __future__ import annotations
 
-import json
+import importlib
 import threading
 import time
-
-import numpy as np
-
-
-def image_to_bgr(msg) -> np.ndarray | None:
-    """sensor_msgs/Image -> HxWx3 uint8 BGR, or None for an encoding we do not decode."""
-    channels = {"bgr8": 3, "rgb8": 3, "mono8": 1}.get(msg.encoding)
-    if channels is None:
-        return None
-    row = np.frombuffer(bytes(msg.data), np.uint8).reshape(msg.height, msg.step)
-    image = row[:, : msg.width * channels].reshape(msg.height, msg.width, channels)
-    if msg.encoding == "rgb8":
-        return np.ascontiguousarray(image[:, :, ::-1])
-    if msg.encoding == "mono8":
-        return np.repeat(image, 3, axis=2)
-    return np.ascontiguousarray(image)
 
 
 class NewestSlot:
@@ -64,13 +52,56 @@ class NewestSlot:
             return item
 
 
+class CaptionRelay:
+    """One received image message in, the caption messages out (as field dicts).
+
+    `process` returns [(topic, type, fields)], or None for a message that does not decode
+    (counted in `skipped`); an encoding the runtime cannot read raises UnsupportedImage.
+    """
+
+    def __init__(self, captioner, msgtype: str, source: str, beam: int | None = None):
+        self.captioner = captioner
+        self.msgtype = msgtype
+        self.source = source
+        self.beam = beam
+        self.count = 0
+        self.skipped = 0
+        self.last_skip = ""
+
+    def process(self, msg, received: float, received_ns: int):
+        from edgecap.ros.images import ImageDecodeError
+        from edgecap.runtime.camera import Frame
+        from edgecap.runtime.mcap_sink import record_messages
+        from edgecap.runtime.records import Record
+        from edgecap.runtime.sources import logged_image
+
+        try:
+            image, stamp = logged_image(msg, self.msgtype, received_ns)
+        except ImageDecodeError as exc:
+            self.skipped += 1
+            self.last_skip = str(exc)
+            return None
+        frame = Frame(image, self.count, received, received_ns / 1e9, stamp=stamp,
+                      t_taken=time.monotonic())
+        self.count += 1
+        caption = self.captioner.caption([image], beam=self.beam)[0]
+        record = Record(frame, caption, self.source, time.monotonic())
+        return record_messages(record)[1]
+
+
+def ros_class(typename: str):
+    """rclpy's generated class for 'pkg/msg/Name'."""
+    package, _, name = typename.partition("/msg/")
+    return getattr(importlib.import_module(f"{package}.msg"), name)
+
+
 def main(argv=None) -> None:
     import rclpy
     from rclpy.node import Node
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-    from sensor_msgs.msg import Image
-    from std_msgs.msg import String
 
+    from edgecap.ros.captions import ANNOTATIONS, STRING, to_ros
+    from edgecap.ros.images import COMPRESSED, IMAGE
     from edgecap.runtime.captioner import Captioner
 
     class CaptionNode(Node):
@@ -82,20 +113,36 @@ def main(argv=None) -> None:
             beam = int(self.declare_parameter("beam", 0).value) or None
             self.period = 1.0 / max(1e-3, float(self.declare_parameter("max_rate", 5.0).value))
             image_topic = self.declare_parameter("image_topic", "/camera/image_raw").value
-            caption_topic = self.declare_parameter("caption_topic", "/edgecap/caption").value
-            self.captioner = Captioner.from_bundle(bundle, beam=beam)
+            compressed = bool(self.declare_parameter("compressed", False).value)
+            msgtype = COMPRESSED if compressed else IMAGE
+            self.relay = CaptionRelay(Captioner.from_bundle(bundle, beam=beam), msgtype,
+                                      f"ros2:{image_topic}")
+            try:
+                ros_class(ANNOTATIONS)
+                self.types = (STRING, ANNOTATIONS)
+            except ImportError:
+                self.types = (STRING,)
+                self.get_logger().warn("foxglove_msgs not installed: no /edgecap/annotations "
+                                       "(apt install ros-$ROS_DISTRO-foxglove-msgs)")
+            self.pubs = {}
             qos = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST,
                              reliability=ReliabilityPolicy.BEST_EFFORT)
             self.slot = NewestSlot()
-            self.pub = self.create_publisher(String, caption_topic, 10)
-            self.create_subscription(Image, image_topic, self.on_image, qos)
+            self.create_subscription(ros_class(msgtype), image_topic, self.on_image, qos)
             self.stop = threading.Event()
             self.worker = threading.Thread(target=self.work, daemon=True)
             self.worker.start()
-            self.get_logger().info(f"captioning {image_topic} -> {caption_topic} with {bundle}")
+            self.get_logger().info(f"captioning {image_topic} ({msgtype}) with {bundle}")
 
         def on_image(self, msg):
-            self.slot.put((msg, time.monotonic()))
+            self.slot.put((msg, time.monotonic(), time.time_ns()))
+
+        def publish(self, topic, typename, fields):
+            if typename not in self.types:
+                return
+            if topic not in self.pubs:
+                self.pubs[topic] = self.create_publisher(ros_class(typename), topic, 10)
+            self.pubs[topic].publish(to_ros(fields, typename, ros_class))
 
         def work(self):
             next_take = 0.0
@@ -106,18 +153,16 @@ def main(argv=None) -> None:
                 if item is None:
                     continue
                 next_take = time.monotonic() + self.period
-                msg, received = item
-                image = image_to_bgr(msg)
-                if image is None:
-                    self.get_logger().warn(f"skipping image with encoding {msg.encoding!r}")
+                try:
+                    messages = self.relay.process(*item)
+                except Exception as exc:  # an unsupported encoding: say so, keep the node up
+                    self.get_logger().error(str(exc), throttle_duration_sec=10.0)
                     continue
-                cap = self.captioner.caption([image])[0]
-                out = {"stamp": msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9,
-                       "frame_id": msg.header.frame_id, "caption": cap.text, "tokens": cap.tokens,
-                       "latency_ms": {k: round(v, 3) for k, v in cap.latency_ms.items()},
-                       "capture_to_caption_ms": round((time.monotonic() - received) * 1e3, 3),
-                       "dropped": self.slot.dropped}
-                self.pub.publish(String(data=json.dumps(out)))
+                if messages is None:
+                    self.get_logger().warn(f"skipped: {self.relay.last_skip}")
+                    continue
+                for topic, typename, fields in messages:
+                    self.publish(topic, typename, fields)
 
         def destroy_node(self):
             self.stop.set()

@@ -1,12 +1,15 @@
-"""robot/ros2_caption_node.py: importable without ROS 2; its image conversion and newest-slot
-logic (the rclpy parts are untested here, as the script says)."""
+"""robot/ros2_caption_node.py: importable without ROS 2; its CaptionRelay (message in, caption
+messages out) run on messages deserialised from a real log, and its field dicts built into
+message objects, here rosbags' classes standing in for rclpy's generated ones."""
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
+import pytest
+from runtime_helpers import FakeBundle
 
 SCRIPT = Path(__file__).resolve().parents[1] / "robot" / "ros2_caption_node.py"
 
@@ -24,25 +27,6 @@ def test_imports_without_rclpy():
     assert callable(node.main)
 
 
-def _msg(image, encoding, pad=0):
-    h, w = image.shape[:2]
-    c = 1 if image.ndim == 2 else image.shape[2]
-    rows = np.zeros((h, w * c + pad), np.uint8)
-    rows[:, : w * c] = image.reshape(h, w * c)
-    return SimpleNamespace(encoding=encoding, height=h, width=w, step=w * c + pad, data=rows.tobytes())
-
-
-def test_image_messages_become_bgr():
-    node = _module()
-    rng = np.random.default_rng(0)
-    bgr = rng.integers(0, 255, (5, 7, 3), dtype=np.uint8)
-    assert np.array_equal(node.image_to_bgr(_msg(bgr, "bgr8", pad=3)), bgr)
-    assert np.array_equal(node.image_to_bgr(_msg(bgr[:, :, ::-1].copy(), "rgb8")), bgr)
-    mono = bgr[:, :, 0].copy()
-    assert np.array_equal(node.image_to_bgr(_msg(mono, "mono8")), np.dstack([mono] * 3))
-    assert node.image_to_bgr(_msg(mono, "16UC1")) is None
-
-
 def test_newest_slot_keeps_the_newest_and_counts_drops():
     node = _module()
     slot = node.NewestSlot()
@@ -50,3 +34,63 @@ def test_newest_slot_keeps_the_newest_and_counts_drops():
         slot.put(i)
     assert slot.take(timeout=0.1) == 3 and slot.dropped == 3
     assert slot.take(timeout=0.01) is None
+
+
+@pytest.fixture
+def logged(tmp_path):
+    """Messages as the node receives them: written to a log by rosbags, read back."""
+    pytest.importorskip("rosbags")
+    from test_ros_logs import COMPRESSED, IMAGE, compressed_msg, frames, image_msg, write_rosbag2
+
+    from edgecap.ros.logs import open_log
+
+    shots = frames(3)
+    bag = write_rosbag2(tmp_path / "bag", "sqlite3", {
+        "/raw": (IMAGE, [(log, image_msg(stamp, img)) for stamp, log, img in shots]),
+        "/jpeg": (COMPRESSED, [(log, compressed_msg(stamp, img)) for stamp, log, img in shots])})
+    with open_log(bag) as log:
+        return {topic: [msg for _, msg in log.messages(topic)] for topic in ("/raw", "/jpeg")}, shots
+
+
+def test_relay_turns_an_image_message_into_the_caption_log_messages(logged):
+    from edgecap.runtime.captioner import Captioner
+
+    node = _module()
+    messages, shots = logged
+    for topic, msgtype in (("/raw", "sensor_msgs/msg/Image"),
+                           ("/jpeg", "sensor_msgs/msg/CompressedImage")):
+        relay = node.CaptionRelay(Captioner(FakeBundle(batch_size=1, beam_size=1)), msgtype, topic)
+        out = relay.process(messages[topic][1], received=1.0, received_ns=shots[1][1] + 10)
+        assert [(t, m) for t, m, _ in out] == [("/edgecap/caption", "std_msgs/msg/String"),
+                                               ("/edgecap/record", "std_msgs/msg/String")]
+        record = json.loads(out[1][2]["data"])
+        assert record["header_stamp_ns"] == shots[1][0]   # the camera's stamp, not arrival
+        assert record["caption"] == out[0][2]["data"] == "a green cup"
+
+
+def test_relay_skips_an_undecodable_message(logged):
+    from edgecap.runtime.captioner import Captioner
+
+    node = _module()
+    messages, _ = logged
+    broken = messages["/jpeg"][0]
+    broken.data = np.frombuffer(b"\xff\xd8 not a jpeg", np.uint8)
+    relay = node.CaptionRelay(Captioner(FakeBundle(batch_size=1, beam_size=1)),
+                              "sensor_msgs/msg/CompressedImage", "/jpeg")
+    assert relay.process(broken, 0.0, 0) is None
+    assert relay.skipped == 1 and "does not decode" in relay.last_skip
+
+
+def test_annotation_fields_build_into_message_objects_that_serialise():
+    pytest.importorskip("rosbags")
+    from edgecap.ros.captions import ANNOTATIONS, Box, image_annotations, to_ros
+    from edgecap.ros.mcap_out import _typestore
+
+    store = _typestore()
+    fields = image_annotations(1_000_000_123, 64, [Box(1, 2, 10, 12, "cup", (0, 1, 0, 1))],
+                               "a cup on a table")
+    msg = to_ros(fields, ANNOTATIONS, lambda name: store.types[name])
+    assert msg.points[0].points[2].x == 11 and msg.points[0].timestamp.nanosec == 123
+    assert msg.texts[-1].text == "a cup on a table"
+    raw = store.serialize_cdr(msg, ANNOTATIONS)
+    assert store.deserialize_cdr(raw, ANNOTATIONS).points[0].outline_color.g == 1.0

@@ -20,6 +20,26 @@ from dataclasses import dataclass
 
 from .images import time_msg
 
+# foxglove_msgs/msg/* as in the foxglove_msgs ROS 2 package (comments left out).
+FOXGLOVE_MSGS = {
+    "foxglove_msgs/msg/Point2": "float64 x\nfloat64 y\n",
+    "foxglove_msgs/msg/Color": "float64 r\nfloat64 g\nfloat64 b\nfloat64 a\n",
+    "foxglove_msgs/msg/CircleAnnotation": (
+        "builtin_interfaces/Time timestamp\nfoxglove_msgs/Point2 position\nfloat64 diameter\n"
+        "float64 thickness\nfoxglove_msgs/Color fill_color\nfoxglove_msgs/Color outline_color\n"),
+    "foxglove_msgs/msg/PointsAnnotation": (
+        "builtin_interfaces/Time timestamp\nuint8 UNKNOWN=0\nuint8 POINTS=1\nuint8 LINE_LOOP=2\n"
+        "uint8 LINE_STRIP=3\nuint8 LINE_LIST=4\nuint8 type\nfoxglove_msgs/Point2[] points\n"
+        "foxglove_msgs/Color outline_color\nfoxglove_msgs/Color[] outline_colors\n"
+        "foxglove_msgs/Color fill_color\nfloat64 thickness\n"),
+    "foxglove_msgs/msg/TextAnnotation": (
+        "builtin_interfaces/Time timestamp\nfoxglove_msgs/Point2 position\nstring text\n"
+        "float64 font_size\nfoxglove_msgs/Color text_color\nfoxglove_msgs/Color background_color\n"),
+    "foxglove_msgs/msg/ImageAnnotations": (
+        "foxglove_msgs/CircleAnnotation[] circles\nfoxglove_msgs/PointsAnnotation[] points\n"
+        "foxglove_msgs/TextAnnotation[] texts\n"),
+}
+
 STRING = "std_msgs/msg/String"
 ANNOTATIONS = "foxglove_msgs/msg/ImageAnnotations"
 CAPTION_TOPIC = "/edgecap/caption"
@@ -101,3 +121,32 @@ def caption_messages(stamp_ns: int, width: int, caption: str, record: dict,
         out.append((ANNOTATIONS_TOPIC, ANNOTATIONS,
                     image_annotations(stamp_ns, width, boxes, caption)))
     return out
+
+
+def field_types(typename: str) -> dict[str, str]:
+    """{field: message type} of a foxglove_msgs type's message-valued fields, from its
+    definition above (builtin_interfaces/Time included)."""
+    out = {}
+    for line in FOXGLOVE_MSGS.get(typename, "").splitlines():
+        kind, _, name = line.partition(" ")
+        if "=" in name or "/" not in kind:
+            continue
+        package, _, base = kind.removesuffix("[]").partition("/")
+        out[name] = f"{package}/msg/{base}"
+    return out
+
+
+def to_ros(fields: dict, typename: str, message_class):
+    """Message objects from the dicts above: `message_class(typename)` gives the class (rclpy's
+    generated ones on a robot, rosbags' in the tests); nested fields become nested messages."""
+    nested = field_types(typename)
+    kwargs = {}
+    for name, value in fields.items():
+        sub = nested.get(name)
+        if sub is None:
+            kwargs[name] = value
+        elif isinstance(value, list):
+            kwargs[name] = [to_ros(v, sub, message_class) for v in value]
+        else:
+            kwargs[name] = to_ros(value, sub, message_class)
+    return message_class(typename)(**kwargs)

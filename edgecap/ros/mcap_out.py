@@ -4,8 +4,9 @@ rosbags read.
 Messages are given as dicts of their fields (edgecap.ros.images / captions build them) and
 encoded by mcap-ros2-support from the message definitions. The standard definitions
 (std_msgs, sensor_msgs, builtin_interfaces) come from rosbags' ROS 2 type store; the
-foxglove_msgs definitions below are the field lists of the ROS 2 package foxglove_msgs, the
-ROS encoding of the foxglove.ImageAnnotations schema, so Foxglove's Image panel draws them.
+foxglove_msgs ones (edgecap.ros.captions.FOXGLOVE_MSGS) are the field lists of the ROS 2
+package foxglove_msgs, the ROS encoding of the foxglove.ImageAnnotations schema, so Foxglove's
+Image panel draws them.
 
 The file is written beside its target (`.NAME.partial`) and renamed when `close()` finishes
 it, so the target name only ever holds a complete, indexed MCAP file; a run stopped by
@@ -22,27 +23,9 @@ from pathlib import Path
 
 from edgecap.errors import EdgecapError, require
 
-OWNER_METADATA = "edgecap"
+from .captions import FOXGLOVE_MSGS
 
-# foxglove_msgs/msg/* as in the foxglove_msgs ROS 2 package (comments left out).
-FOXGLOVE_MSGS = {
-    "foxglove_msgs/msg/Point2": "float64 x\nfloat64 y\n",
-    "foxglove_msgs/msg/Color": "float64 r\nfloat64 g\nfloat64 b\nfloat64 a\n",
-    "foxglove_msgs/msg/CircleAnnotation": (
-        "builtin_interfaces/Time timestamp\nfoxglove_msgs/Point2 position\nfloat64 diameter\n"
-        "float64 thickness\nfoxglove_msgs/Color fill_color\nfoxglove_msgs/Color outline_color\n"),
-    "foxglove_msgs/msg/PointsAnnotation": (
-        "builtin_interfaces/Time timestamp\nuint8 UNKNOWN=0\nuint8 POINTS=1\nuint8 LINE_LOOP=2\n"
-        "uint8 LINE_STRIP=3\nuint8 LINE_LIST=4\nuint8 type\nfoxglove_msgs/Point2[] points\n"
-        "foxglove_msgs/Color outline_color\nfoxglove_msgs/Color[] outline_colors\n"
-        "foxglove_msgs/Color fill_color\nfloat64 thickness\n"),
-    "foxglove_msgs/msg/TextAnnotation": (
-        "builtin_interfaces/Time timestamp\nfoxglove_msgs/Point2 position\nstring text\n"
-        "float64 font_size\nfoxglove_msgs/Color text_color\nfoxglove_msgs/Color background_color\n"),
-    "foxglove_msgs/msg/ImageAnnotations": (
-        "foxglove_msgs/CircleAnnotation[] circles\nfoxglove_msgs/PointsAnnotation[] points\n"
-        "foxglove_msgs/TextAnnotation[] texts\n"),
-}
+OWNER_METADATA = "edgecap"
 
 _TYPESTORE = None
 

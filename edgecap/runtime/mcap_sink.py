@@ -20,6 +20,26 @@ def _ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
 
 
+def record_messages(record: Record) -> tuple[int, list[tuple[str, str, dict]]]:
+    """(log time ns, [(topic, type, fields)]) of one caption: what the MCAP sink writes and the
+    ROS 2 node (robot/ros2_caption_node.py) publishes."""
+    from edgecap.ros.captions import Box, caption_messages
+
+    frame = record.frame
+    if frame.stamp is not None:
+        header_ns, log_ns = frame.stamp.header_ns, frame.stamp.log_ns
+    else:
+        header_ns = log_ns = _ns(frame.wall_time)
+    boxes = None
+    if frame.objects is not None:
+        from .overlay import object_marks
+
+        boxes = [Box(*obj.box, label, (b / 255.0, g / 255.0, r / 255.0, 1.0), float(thick))
+                 for obj, label, (b, g, r), thick in object_marks(record)]
+    return log_ns, caption_messages(header_ns, frame.image.shape[1], record.caption.text,
+                                    record.to_json(), boxes)
+
+
 class McapCaptionSink:
     """`write(record)` appends one caption's messages; `close()` finishes the file."""
 
@@ -32,22 +52,8 @@ class McapCaptionSink:
         self.count = 0
 
     def write(self, record: Record) -> None:
-        from edgecap.ros.captions import Box, caption_messages
-
-        frame = record.frame
-        if frame.stamp is not None:
-            header_ns, log_ns = frame.stamp.header_ns, frame.stamp.log_ns
-        else:
-            header_ns = log_ns = _ns(frame.wall_time)
-        boxes = None
-        if frame.objects is not None:
-            from .overlay import object_marks
-
-            boxes = [Box(*obj.box, label, (b / 255.0, g / 255.0, r / 255.0, 1.0), float(thick))
-                     for obj, label, (b, g, r), thick in object_marks(record)]
-        width = frame.image.shape[1]
-        for topic, typename, fields in caption_messages(header_ns, width, record.caption.text,
-                                                        record.to_json(), boxes):
+        log_ns, messages = record_messages(record)
+        for topic, typename, fields in messages:
             self.writer.write(topic, typename, fields, log_ns)
         self.count += 1
 

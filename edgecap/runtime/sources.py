@@ -235,6 +235,17 @@ class ACVRSource(Source):
         return Captured(image, index, objects, image_id=frame.image_id)
 
 
+def logged_image(msg, msgtype: str, log_ns: int) -> tuple[np.ndarray, LogStamp]:
+    """A sensor_msgs Image / CompressedImage as (BGR frame, stamp): the log source and the ROS 2
+    node convert every message with this. Raises edgecap.ros.images' ImageDecodeError (this
+    message) or UnsupportedImage (the whole topic)."""
+    from edgecap.ros.images import message_to_bgr, stamp_ns
+
+    image = message_to_bgr(msg, msgtype)
+    header = msg.header
+    return image, LogStamp(stamp_ns(header.stamp), int(log_ns), str(header.frame_id))
+
+
 class LogSource(Source):
     """One image topic of a robot log (edgecap.ros.logs): sensor_msgs/Image or CompressedImage.
 
@@ -275,12 +286,7 @@ class LogSource(Source):
         self._messages = self.log.messages(self.topic.name)
 
     def read(self) -> Captured:
-        from edgecap.ros.images import (
-            ImageDecodeError,
-            UnsupportedImage,
-            message_to_bgr,
-            stamp_ns,
-        )
+        from edgecap.ros.images import ImageDecodeError, UnsupportedImage
 
         if self._messages is None:
             raise EndOfStream(self.name)
@@ -296,9 +302,7 @@ class LogSource(Source):
         if msg is None:
             raise BadFrame(f"{where}: does not deserialize as {self.topic.msgtype}")
         try:
-            image = message_to_bgr(msg, self.topic.msgtype)
-            header = msg.header
-            stamp = LogStamp(stamp_ns(header.stamp), int(log_ns), str(header.frame_id))
+            image, stamp = logged_image(msg, self.topic.msgtype, log_ns)
         except ImageDecodeError as exc:
             raise BadFrame(f"{where}: {exc}") from None
         except UnsupportedImage as exc:
