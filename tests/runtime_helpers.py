@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 
 import numpy as np
@@ -137,3 +139,30 @@ class EndlessSource(Source):
         index = self.position
         self.position += 1
         return Captured(image, index)
+
+
+def drain(source):
+    """Read a source to its end: (captured frames, messages of the bad frames)."""
+    good, bad = [], []
+    while True:
+        try:
+            good.append(source.read())
+        except BadFrame as exc:
+            bad.append(str(exc))
+        except EndOfStream:
+            return good, bad
+
+
+def terminate_after_records(argv, jsonl, records=3, cwd=None, timeout=60.0):
+    """Start `argv` (an `edgecap run ... --jsonl FILE`), send SIGTERM once FILE holds `records`
+    lines, and return (exit code, stdout, stderr)."""
+    proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if jsonl.exists() and len(jsonl.read_text().splitlines()) >= records:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+    return proc.returncode, stdout, stderr

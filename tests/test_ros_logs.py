@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from runtime_helpers import FakeBundle
+from runtime_helpers import FakeBundle, drain
 
 pytest.importorskip("rosbags")
 pytest.importorskip("mcap_ros2")
@@ -24,8 +24,6 @@ from edgecap.runtime.camera import FrameGrabber  # noqa: E402
 from edgecap.runtime.captioner import Captioner  # noqa: E402
 from edgecap.runtime.command import RunSettings, execute  # noqa: E402
 from edgecap.runtime.sources import (  # noqa: E402
-    BadFrame,
-    EndOfStream,
     KnownObject,
     LogSource,
     SourceOpenError,
@@ -112,16 +110,6 @@ def camera_topics(kind="image", n=5):
             (IMAGE if kind == "image" else COMPRESSED,
              [(log, make(stamp, img)) for stamp, log, img in frames(n)])}
 
-
-def drain(source):
-    good, bad = [], []
-    while True:
-        try:
-            good.append(source.read())
-        except BadFrame as exc:
-            bad.append(str(exc))
-        except EndOfStream:
-            return good, bad
 
 
 LOG_KINDS = [("sqlite3", "image"), ("sqlite3", "compressed"), ("mcap", "image"),

@@ -3,13 +3,12 @@
 finished caption log."""
 
 import json
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from runtime_helpers import terminate_after_records
 
 pytest.importorskip("torch")
 pytest.importorskip("rosbags")
@@ -128,19 +127,11 @@ def test_sigterm_leaves_a_finished_caption_log(bundle, tmp_path, run_module_cli)
     assert code == 0, stderr
     out = tmp_path / "term.mcap"
     jsonl = tmp_path / "term.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edgecap.cli", "run", str(bundle), "--source",
-         str(tmp_path / "long" / "video" / "tabletop.mcap"), "--replay", "realtime",
-         "--out-mcap", str(out), "--jsonl", str(jsonl)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if jsonl.exists() and len(jsonl.read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 0, stderr
+    code, stdout, stderr = terminate_after_records(
+        [sys.executable, "-m", "edgecap.cli", "run", bundle, "--source",
+         tmp_path / "long" / "video" / "tabletop.mcap", "--replay", "realtime",
+         "--out-mcap", out, "--jsonl", jsonl], jsonl, cwd=REPO)
+    assert code == 0, stderr
     assert "stopped by signal" in stdout
     n = len(jsonl.read_text().splitlines())
     assert 3 <= n < 300

@@ -4,14 +4,13 @@ SIGTERM, bad sources, the latency budget, and a torch-free captioning process.""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from runtime_helpers import terminate_after_records
 
 torch = pytest.importorskip("torch")
 
@@ -188,18 +187,10 @@ def test_sigterm_stops_cleanly_with_summary_and_valid_jsonl(tiny, synth, tmp_pat
     for i in range(200):
         (folder / f"{i:04d}.jpg").write_bytes(src[i % len(src)].read_bytes())
     out = tmp_path / "term.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edgecap.cli", "run", str(tiny[1]), "--source", str(folder),
-         "--pace", "native", "--source-fps", "20", "--jsonl", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if out.exists() and len(out.read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=20)
-    assert proc.returncode == 0, stderr
+    code, stdout, stderr = terminate_after_records(
+        [sys.executable, "-m", "edgecap.cli", "run", tiny[1], "--source", folder,
+         "--pace", "native", "--source-fps", "20", "--jsonl", out], out, cwd=REPO)
+    assert code == 0, stderr
     assert "stopped by signal" in stdout and "summary:" in stdout
     lines = out.read_text().splitlines()
     recs = [json.loads(line) for line in lines]  # every line complete and valid

@@ -3,13 +3,13 @@
 import cv2
 import numpy as np
 import pytest
+from runtime_helpers import drain
 
 from edgecap.errors import EdgecapError
 from edgecap.runtime.sources import (
     ACVRSource,
     BadFrame,
     CaptureSource,
-    EndOfStream,
     FolderSource,
     SourceOpenError,
     StreamLost,
@@ -17,17 +17,6 @@ from edgecap.runtime.sources import (
     make_source,
     open_source,
 )
-
-
-def _drain(source):
-    good, bad = [], []
-    while True:
-        try:
-            good.append(source.read())
-        except BadFrame as exc:
-            bad.append(str(exc))
-        except EndOfStream:
-            return good, bad
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +38,7 @@ def test_folder_reads_images_in_name_order_and_skips_undecodable(tmp_path):
     (tmp_path / "notes.txt").write_text("ignored")
     source = open_source(str(tmp_path))
     assert isinstance(source, FolderSource)
-    good, bad = _drain(source)
+    good, bad = drain(source)
     assert [c.image_id for c in good] == ["img0.png", "img1.png", "img2.png"]
     assert [c.index for c in good] == [0, 1, 3]  # the bad file keeps its place in the order
     assert good[1].image[0, 0].tolist() == [0, 255, 0]
@@ -60,7 +49,7 @@ def test_acvr_sequence_frames_carry_ground_truth(synth_data):
     seq = synth_data / "acvr" / "000000"
     source = open_source(str(seq))
     assert isinstance(source, ACVRSource)
-    good, bad = _drain(source)
+    good, bad = drain(source)
     assert len(good) == 5 and not bad
     first = good[0]
     assert first.image_id == "000000/000000"
@@ -95,7 +84,7 @@ def test_video_file_reads_every_frame_then_ends(synth_data):
     source = open_source(str(video))
     assert isinstance(source, CaptureSource) and not source.live
     assert source.fps == pytest.approx(15.0)
-    good, bad = _drain(source)
+    good, bad = drain(source)
     assert [c.index for c in good] == list(range(12)) and not bad
     source.close()
 
@@ -182,7 +171,7 @@ def test_video_read_failure_mid_file_is_a_lost_stream_resumed_at_its_position(sy
                 got.append("bad")
     source.close()
     source.open()  # what the capture thread does, after a back-off
-    good, bad = _drain(source)
+    good, bad = drain(source)
     got += [c.index for c in good]
     assert got == [0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11]
     assert len(bad) == 1 and "frame 8" in bad[0]
