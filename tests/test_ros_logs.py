@@ -405,3 +405,46 @@ def test_stop_mid_run_leaves_a_finished_readable_caption_log(tmp_path):
     assert error is None and summary.stopped_by == "signal" and 0 < summary.captioned < 200
     assert len(_read_caption_log(out)["/edgecap/caption"]) == summary.captioned
     assert not list(tmp_path.glob(".*partial"))
+
+
+def test_rerun_recording_has_the_images_boxes_and_captions_at_their_log_times(tmp_path):
+    pytest.importorskip("rerun")
+    import pyarrow as pa
+    from rerun.chunk import RrdReader
+
+    log = make_log(tmp_path, "bare", "image")
+    detections = tmp_path / "det.jsonl"
+    detections.write_text("\n".join(json.dumps({"frame_id": i, "objects": [
+        {"class": "cup", "box": [6, 4, 13, 9]}]}) for i in range(5)) + "\n")
+    out = tmp_path / "run.rrd"
+    summary, error = execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
+                             RunSettings(source=str(log), pace="every", rerun=str(out),
+                                         detections=str(detections), coverage=False,
+                                         quiet=True), out=io.StringIO())
+    assert error is None and summary.captioned == 5
+    rows = {}
+    for chunk in RrdReader(out).stream():
+        batch = chunk.to_record_batch()
+        if "image_log_time" in batch.schema.names:
+            times = batch.column("image_log_time").cast(pa.int64()).to_pylist()
+            rows.setdefault(chunk.entity_path, []).extend(times)
+            if chunk.entity_path == "/caption":
+                texts = batch.column("TextLog:text").to_pylist()
+            if chunk.entity_path == "/camera/image/objects":
+                labels = batch.column("Boxes2D:labels").to_pylist()
+    log_times = [f[1] for f in frames()]
+    for entity in ("/camera/image", "/camera/image/objects", "/caption",
+                   "/latency/capture_to_caption_ms"):
+        assert sorted(rows[entity]) == log_times, entity
+    assert all(t[0].endswith(" cup") for t in texts) and labels[0] == ["cup"]
+    # A second run replaces the recording it wrote; a file it did not write is refused.
+    theirs = tmp_path / "theirs.rrd"
+    theirs.write_bytes(b"not ours")
+    with pytest.raises(EdgecapError, match="not a rerun recording written by edgecap"):
+        execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
+                RunSettings(source=str(log), rerun=str(theirs)), out=io.StringIO())
+    assert theirs.read_bytes() == b"not ours"
+    execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
+            RunSettings(source=str(log), pace="every", frames=2, rerun=str(out), quiet=True),
+            out=io.StringIO())
+    assert not list(tmp_path.glob(".*partial"))

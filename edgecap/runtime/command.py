@@ -42,10 +42,11 @@ class RunSettings:
     topic: str | None = None
     replay: str | None = None
     out_mcap: str | None = None
+    rerun: str | None = None
 
 
 # Config-file keys: RunSettings fields; these are paths, resolved against the config's folder.
-CONFIG_PATHS = ("bundle", "jsonl", "detections", "save_video", "out_mcap")
+CONFIG_PATHS = ("bundle", "jsonl", "detections", "save_video", "out_mcap", "rerun")
 REPLAY_PACE = {"realtime": "native", "fast": "every"}
 
 
@@ -98,6 +99,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out-mcap", default=None, metavar="FILE",
                         help="write the captions as an MCAP log (std_msgs/String caption and "
                              "JSON record, foxglove_msgs/ImageAnnotations) stamped like the images")
+    parser.add_argument("--rerun", default=None, metavar="FILE.rrd",
+                        help="write the frames, boxes, captions and latencies as a rerun "
+                             "recording (pip install \"edgecap[rerun]\")")
     parser.add_argument("--source-fps", type=float, default=None, metavar="F",
                         help="frame rate for --pace native (default: the video's own / synth fps)")
     parser.add_argument("--providers", default=None,
@@ -155,7 +159,7 @@ def settings_from_args(args) -> RunSettings:
     merged = read_config(args.config) if args.config else {}
     for name in ("bundle", "source", "beam", "max_fps", "batch", "frames", "jsonl", "append", "detections",
                  "show", "save_video", "latency_budget", "coverage", "pace", "source_fps", "threads",
-                 "quiet", "topic", "replay", "out_mcap"):
+                 "quiet", "topic", "replay", "out_mcap", "rerun"):
         value = getattr(args, name)
         if value is not None:
             merged[name] = value
@@ -264,6 +268,10 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     source = make_source(settings.source, fps=settings.source_fps, topic=settings.topic)
     if settings.out_mcap:
         _check_out_mcap(settings.out_mcap, source)
+    if settings.rerun:
+        from .rerun_sink import check_target
+
+        check_target(settings.rerun)
     knows_objects = detections is not None or isinstance(source, (ACVRSource, SynthSource))
     coverage = CoverageAnnotator(settings.coverage and knows_objects,
                                  log=lambda m: print(m, file=out, flush=True))
@@ -314,6 +322,11 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
             mcap = closing.enter_context(contextlib.closing(McapCaptionSink(
                 settings.out_mcap, source=settings.source, bundle=str(settings.bundle or ""))))
             sinks.append(mcap.write)
+        if settings.rerun:
+            from .rerun_sink import RerunSink
+
+            sinks.append(closing.enter_context(contextlib.closing(
+                RerunSink(settings.rerun, source=settings.source))).write)
         if settings.save_video:
             # One video frame per caption, played at the rate captions are expected.
             fps = min(settings.max_fps or source.fps or 10.0, 30.0)
@@ -380,6 +393,8 @@ def run(args) -> int:
         print(f"video: {settings.save_video}")
     if settings.out_mcap:
         print(f"caption log: {settings.out_mcap} ({summary.captioned} captions)")
+    if settings.rerun:
+        print(f"rerun recording: {settings.rerun}")
     return 0
 
 

@@ -16,20 +16,13 @@ import time
 from .records import Record
 
 
-def _ns(seconds: float) -> int:
-    return int(round(seconds * 1e9))
-
-
 def record_messages(record: Record) -> tuple[int, list[tuple[str, str, dict]]]:
     """(log time ns, [(topic, type, fields)]) of one caption: what the MCAP sink writes and the
     ROS 2 node (robot/ros2_caption_node.py) publishes."""
     from edgecap.ros.captions import Box, caption_messages
 
     frame = record.frame
-    if frame.stamp is not None:
-        header_ns, log_ns = frame.stamp.header_ns, frame.stamp.log_ns
-    else:
-        header_ns = log_ns = _ns(frame.wall_time)
+    header_ns, log_ns = record.stamps_ns()
     boxes = None
     if frame.objects is not None:
         from .overlay import object_marks

@@ -42,6 +42,14 @@ class Record:
     coverage: dict[str, float | None] | None = None
     matches: list[dict] | None = None             # coverage matches at the lowest threshold
 
+    def stamps_ns(self) -> tuple[int, int]:
+        """(header stamp, log time) of the captioned image: a logged image's own, else the
+        capture wall time for both. Caption logs (MCAP, rerun) are stamped with these."""
+        if self.frame.stamp is not None:
+            return self.frame.stamp.header_ns, self.frame.stamp.log_ns
+        wall = int(round(self.frame.wall_time * 1e9))
+        return wall, wall
+
     @property
     def capture_to_caption_ms(self) -> float:
         return (self.t_done - self.frame.t_capture) * 1e3
