@@ -448,3 +448,30 @@ def test_rerun_recording_has_the_images_boxes_and_captions_at_their_log_times(tm
             RunSettings(source=str(log), pace="every", frames=2, rerun=str(out), quiet=True),
             out=io.StringIO())
     assert not list(tmp_path.glob(".*partial"))
+
+
+_WITHOUT = """
+import sys
+for name in {blocked!r}:
+    sys.modules[name] = None          # as if the package were not installed
+from edgecap.errors import EdgecapError
+from edgecap.runtime.sources import make_source
+try:
+    make_source({log!r}).open()
+except EdgecapError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize("blocked, log_name", [(["mcap", "mcap_ros2"], "run.mcap"),
+                                               (["rosbags"], "bag_sqlite3")])
+def test_without_the_ros_extra_a_log_source_names_it(tmp_path, blocked, log_name):
+    import subprocess
+    import sys
+
+    log = make_log(tmp_path, "bare" if log_name.endswith(".mcap") else "sqlite3", "image")
+    code = _WITHOUT.format(blocked=blocked, log=str(log))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1].endswith('pip install "edgecap[ros]"')
+    assert res.stdout.count("\n") == 1
