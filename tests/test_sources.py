@@ -75,7 +75,7 @@ def test_acvr_background_instances_are_not_objects_in_view(tmp_path):
         "_metadata": {"width": 40, "height": 20},
         "1": {"class": "bg", "bounding_box": [0, 0, 39, 19]},
         "2": {"class": "cup", "bounding_box": [0, 0, 9, 7], "num_pixels": 3}}}))
-    good, _ = _drain(open_source(str(seq)))
+    good, _ = drain(open_source(str(seq)))
     assert [(o.cls, o.area) for o in good[0].objects] == [("cup", 80 / 800)]
 
 
