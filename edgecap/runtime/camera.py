@@ -161,7 +161,7 @@ class FrameGrabber:
 
     # -- capture thread ------------------------------------------------------------------
     def _run(self) -> None:
-        start = time.monotonic()
+        start = None  # when the first frame was read: opening a log can take a while
         reads = 0
         try:
             while not self._stop.is_set():
@@ -186,6 +186,8 @@ class FrameGrabber:
                     # position follows the wall clock, as a camera's would.
                     offset = captured.due if captured.due is not None \
                         else (reads - 1) / float(self.source.fps)
+                    if start is None:
+                        start = time.monotonic() - offset
                     due = start + offset
                     if self._stop.wait(max(0.0, due - time.monotonic())):
                         break
