@@ -4,8 +4,8 @@ Two readers, chosen by storage (benchmarks/log_read.py measured them; docs/runti
 the numbers):
 
     McapLog     mcap + mcap-ros2-support: .mcap files, and rosbag2 directories in MCAP storage.
-                Several times faster than rosbags on image topics, and it can read a recording
-                that was cut short (no summary or footer) up to the cut.
+                1.1-1.6x faster than rosbags on image topics, and it reads a recording that
+                was cut short (no summary or footer) up to the cut, which rosbags refuses.
     RosbagsLog  rosbags: SQLite3 storage (.db3), compressed rosbag2 directories and ROS 1 .bag
                 files, which the mcap library does not read.
 
