@@ -385,7 +385,7 @@ def test_unwritable_caption_log_fails_before_captioning(tmp_path):
     blocker = tmp_path / "notes.txt"         # a file where the log's folder would have to be
     blocker.write_text("keep me")
     bundle = FakeBundle(batch_size=1, beam_size=1)
-    with pytest.raises(EdgecapError, match="cannot write to .*notes.txt"):
+    with pytest.raises(EdgecapError, match="notes.txt is a file, not a directory"):
         execute(Captioner(bundle), RunSettings(source=str(log), out_mcap=str(blocker / "c.mcap")),
                 out=io.StringIO())
     assert bundle.seen_batches == [] and blocker.read_text() == "keep me"

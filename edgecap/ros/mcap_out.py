@@ -66,17 +66,13 @@ def written_by_edgecap(path: Path) -> bool:
 def check_target(path: str | os.PathLike, flag: str = "--out-mcap") -> Path:
     """Refuse, before any slow work, a target that is a directory, a file edgecap did not
     write, or a place that cannot be written."""
-    from edgecap.io import nearest_existing
+    from edgecap.io import probe_writable
 
     path = Path(path)
-    if path.is_dir():
-        raise EdgecapError(f"{flag} {path} is a directory; expected a .mcap file path")
-    if path.exists() and not written_by_edgecap(path):
+    if path.exists() and not path.is_dir() and not written_by_edgecap(path):
         raise EdgecapError(f"{flag} {path} exists and is not an MCAP log written by edgecap; "
                            "not overwriting it (remove it or choose another path)")
-    parent = nearest_existing(path.parent if str(path.parent) else Path("."))
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise EdgecapError(f"{flag} {path}: cannot write to {parent}")
+    probe_writable(path, flag, file=True)
     return path
 
 

@@ -32,18 +32,14 @@ def _written_by_edgecap(path: Path) -> bool:
 
 
 def check_target(path: str | os.PathLike) -> Path:
-    from edgecap.io import nearest_existing
+    from edgecap.io import probe_writable
 
     path = Path(path)
     require("rerun", "rerun", "writing rerun recordings")
-    if path.is_dir():
-        raise EdgecapError(f"--rerun {path} is a directory; expected a .rrd file path")
-    if path.exists() and not _written_by_edgecap(path):
+    if path.exists() and not path.is_dir() and not _written_by_edgecap(path):
         raise EdgecapError(f"--rerun {path} exists and is not a rerun recording written by "
                            "edgecap; not overwriting it (remove it or choose another path)")
-    parent = nearest_existing(path.parent if str(path.parent) else Path("."))
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise EdgecapError(f"--rerun {path}: cannot write to {parent}")
+    probe_writable(path, "--rerun", file=True)
     return path
 
 
