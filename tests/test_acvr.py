@@ -173,6 +173,7 @@ def test_boxes_truncate_like_the_challenge_and_come_from_the_mask_when_absent(tm
     ({"000000": {"1": {"class": "cup", "bounding_box": [0, 0, 1, 1], "mask_id": "x"}}}, r"'mask_id' must be an integer"),
     ({"000000": {"1": {"class": "cup", "bounding_box": [0, "a", 1, 1]}}}, r"'bounding_box' must hold numbers"),
     ({"000000": {"1": {"class": "cup", "bounding_box": [0, 0, 1, 1], "num_pixels": "9"}}}, r"'num_pixels' must be a count"),
+    ({"000000": {"1": {"class": "cup", "bounding_box": [0, 0, 1, float("inf")]}}}, r"'bounding_box' must hold numbers"),
     ({"000000": {"1": {"class": "cup", "mask_id": 1}}}, r"no 'bounding_box', and no mask_id and mask to derive it"),
     ({"000000": ["cup"]}, r"frame '000000': expected an object"),
     ([1, 2], r"expected an object of frame ids"),

@@ -21,6 +21,7 @@ docs/coverage.md lists where, and why, edgecap still differs from the challenge'
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -129,7 +130,8 @@ def _mask_box(mask, mask_id: int, where: str) -> tuple[int, int, int, int]:
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite JSON number (json.load also accepts NaN and Infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _box(value, where: str) -> tuple[int, int, int, int]:
