@@ -35,6 +35,7 @@ import torch
 
 from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
+from edgecap.models.checkpoint import check_weights
 from edgecap.models.core import sinusoid_table
 from edgecap.models.factory import build_from_config, preset_config
 
@@ -314,14 +315,9 @@ def import_m2(
     cfg = m2_config(state, itos, n_heads=n_heads, max_len=max_len, n_regions=n_regions)
     model = build_from_config(cfg)
     converted, table_kind = convert_state_dict(state, cfg)
-    own = model.state_dict()
-    for key, value in converted.items():
-        if key in own and tuple(own[key].shape) != tuple(value.shape):
-            raise EdgecapError(f"M2 checkpoint: {key} has shape {tuple(value.shape)}, the m2 model expects {tuple(own[key].shape)}")
-    missing, unexpected = model.load_state_dict(converted, strict=False)
-    if missing or unexpected:
-        what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
-        raise EdgecapError(f"M2 checkpoint {weights} does not fill the m2 model: {what}")
+    check_weights(model.state_dict(), converted, f"M2 checkpoint {weights} does not fill the m2 model",
+                  "it is not a complete official M2 state dict")
+    model.load_state_dict(converted)
     model.eval()
     meta = {
         "source": SOURCE,
