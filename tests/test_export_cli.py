@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from edgecap.export.specs.transformer import TransformerSpec
-from edgecap.runtime.manifest import load_manifest
+from edgecap.runtime.manifest import FORMAT_VERSION, load_manifest
 from tests._export_util import save_tiny
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
@@ -203,7 +203,7 @@ def test_manifest_is_plain_json_with_versions(ckpt, tmp_path):
 
     result = export(ckpt, tmp_path / "b")
     data = json.loads((result.path / "manifest.json").read_text())
-    assert data["format"] == "edgecap-bundle" and data["format_version"] == 1
+    assert data["format"] == "edgecap-bundle" and data["format_version"] == FORMAT_VERSION
     assert {"torch", "onnx", "onnxruntime", "python"} <= set(data["versions"])
     assert sorted(p.name for p in result.path.iterdir()) == ["decoder_step.onnx", "encoder.onnx", "manifest.json"]
 

@@ -121,7 +121,7 @@ def test_extract_writes_the_backbone_tokens_for_every_image(backbone, dataset, t
     import cv2
 
     from edgecap.contract.preprocess import preprocess
-    from edgecap.models.pretrained import grid_tokens, load_open_clip_visual
+    from edgecap.models.frontends import build_frontend
 
     out = tmp_path / "feats.h5"
     code, stdout, stderr = run_cli(*extract_args(backbone, dataset, out))
@@ -129,9 +129,12 @@ def test_extract_writes_the_backbone_tokens_for_every_image(backbone, dataset, t
     assert "7 images written, 0 already present; 16 tokens x 64" in stdout
     store = FeatureStore(out, n_regions=16)
     assert sorted(store.ids()) == [str(i) for i in range(100, 107)]
-    visual, prep = load_open_clip_visual(backbone[0], backbone[1])
-    image = cv2.imread(str(dataset[0] / "val2014" / "COCO_val2014_000000000106.png"))
-    expected = grid_tokens(visual, torch.from_numpy(preprocess(image, 64, prep.mean, prep.std, "bicubic")[None]))[0]
+    visual = build_frontend(backbone[0], weights=str(backbone[1]))
+    prep = visual.cfg.visual
+    image = cv2.imread(str(dataset[0] / "val2014" / "COCO_val2014_000000000106.png"))  # 96 x 80
+    # open_clip's geometry: shorter side to 64 (bicubic), centre 64 x 64 crop
+    pixels = preprocess(image, 64, prep.mean, prep.std, "bicubic", crop="center", resize_size=64)
+    expected = visual(torch.from_numpy(pixels[None]))[0][0]
     feats, mask = store.get(106)
     assert mask.all() and np.allclose(feats, expected.numpy(), atol=1e-5)
     assert store.attrs["backbone"] == "edgecap-features-vit" and store.attrs["n_regions"] == 16

@@ -1,4 +1,5 @@
-"""Local pretrained weights and the open_clip grid-token front end (tiny ViT, random weights)."""
+"""Local pretrained weights and the open_clip grid-token front end (a tiny ViT config whose
+weights the test writes with open_clip itself)."""
 
 import json
 
@@ -9,13 +10,8 @@ import torch
 from edgecap.errors import EdgecapError
 from edgecap.models import build
 from edgecap.models.checkpoint import load_checkpoint, save_checkpoint
-from edgecap.models.pretrained import (
-    grid_tokens,
-    load_open_clip_visual,
-    openclip_overrides,
-    resolve_weights,
-    sha256_file,
-)
+from edgecap.models.frontends import build_frontend, frontend_overrides
+from edgecap.models.pretrained import resolve_weights, sha256_file
 from tests.conftest import tiny_overrides
 
 open_clip = pytest.importorskip("open_clip")
@@ -68,11 +64,15 @@ def reference_tokens(clip_visual, images):
         return clip_visual.ln_post(x)[:, 1:]
 
 
+def tokens_of(frontend, images):
+    return frontend(images)[0]
+
+
 def test_missing_weights_is_a_one_line_error_naming_the_path(tiny, tmp_path):
     config, _, _ = tiny
     missing = tmp_path / "ViT-L-14.bin"
     with pytest.raises(EdgecapError) as info:
-        load_open_clip_visual(str(config), missing)
+        build_frontend(str(config), weights=str(missing))
     message = str(info.value)
     assert str(missing) in message and "never downloaded" in message and "\n" not in message
     with pytest.raises(EdgecapError, match="no weights file given"):
@@ -89,11 +89,14 @@ def test_sha256_is_checked(tiny):
 
 def test_grid_tokens_are_the_loaded_weights_patch_tokens(tiny):
     config, weights, clip = tiny
-    visual, prep = load_open_clip_visual(str(config), weights)
-    assert (prep.size, prep.resize, prep.channel_order) == (64, "bicubic", "RGB")
+    visual = build_frontend(str(config), weights=str(weights))
+    prep = visual.cfg.visual
+    # open_clip's recipe: shorter side to the input size (bicubic), centre crop, OpenAI mean/std
+    assert (prep.image_size, prep.resize, prep.channel_order, prep.crop, prep.resize_size) == (
+        64, "bicubic", "RGB", "center", 64)
     assert np.allclose(prep.mean, open_clip.OPENAI_DATASET_MEAN) and np.allclose(prep.std, open_clip.OPENAI_DATASET_STD)
     images = torch.randn(2, 3, 64, 64)
-    tokens = grid_tokens(visual, images)
+    tokens = tokens_of(visual, images)
     assert tokens.shape == (2, (64 // 16) ** 2, 64)  # 4x4 grid, CLS excluded, ViT width
     assert torch.allclose(tokens, reference_tokens(clip.visual, images), atol=1e-5)
     fresh = open_clip.create_model("edgecap-test-vit", pretrained=None, pretrained_image=False, pretrained_text=False)
@@ -104,24 +107,25 @@ def test_visual_only_state_dict_and_mismatched_weights(tiny, tmp_path):
     config, _, clip = tiny
     visual_only = tmp_path / "visual.pt"
     torch.save({"state_dict": clip.visual.state_dict()}, visual_only)
-    visual, _ = load_open_clip_visual(str(config), visual_only)
+    visual = build_frontend(str(config), weights=str(visual_only))
     images = torch.randn(1, 3, 64, 64)
-    assert torch.allclose(grid_tokens(visual, images), reference_tokens(clip.visual, images), atol=1e-5)
+    assert torch.allclose(tokens_of(visual, images), reference_tokens(clip.visual, images), atol=1e-5)
     with pytest.raises(EdgecapError, match="do not fit backbone 'ViT-B-32': class_embedding has shape"):
-        load_open_clip_visual("ViT-B-32", visual_only)
+        build_frontend("ViT-B-32", weights=str(visual_only))
     with pytest.raises(EdgecapError, match="did you mean 'ViT-B-32'"):
-        load_open_clip_visual("ViT-B-23", visual_only)
+        build_frontend("ViT-B-23", weights=str(visual_only))
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(EdgecapError, match="not a readable state dict"):
-        load_open_clip_visual(str(config), tmp_path / "junk.pt")
+        build_frontend(str(config), weights=str(tmp_path / "junk.pt"))
 
 
 def test_open_clip_front_end_in_a_captioner(tiny, tmp_path):
     config, weights, clip = tiny
-    over = {**tiny_overrides("smart"), **openclip_overrides(str(config), weights, sha256_file(weights))}
+    over = {**tiny_overrides("smart"), **frontend_overrides(str(config), weights=str(weights), sha256=sha256_file(weights))}
     model = build("smart", **over).eval()
     cfg = model.cfg
     assert (cfg.d_in, cfg.n_regions, cfg.visual.image_size, cfg.visual.resize) == (64, 16, 64, "bicubic")
+    assert cfg.encoder_positions == "sinusoidal"
     assert all(not p.requires_grad for p in model.visual.parameters())
     assert not any("token_embedding" in k for k in model.state_dict())  # the text tower is dropped
     images = torch.randn(2, 3, 64, 64)
@@ -136,17 +140,22 @@ def test_open_clip_front_end_in_a_captioner(tiny, tmp_path):
 
     vocab = Vocab(["<pad>", "<bos>", "<eos>", "<unk>"] + [f"w{i}" for i in range(cfg.vocab_size - 4)])
     path = save_checkpoint(tmp_path / "clip_smart.pt", model, vocab)
-    again = load_checkpoint(path).model
+    weights.rename(weights.with_suffix(".moved"))  # loading needs the checkpoint only
+    try:
+        again = load_checkpoint(path).model
+    finally:
+        weights.with_suffix(".moved").rename(weights)
     assert torch.allclose(again.visual(images)[0], feats, atol=1e-6)
+    assert again.cfg.visual.weights == str(weights)  # the provenance survives the round trip
 
 
 def test_config_that_disagrees_with_the_backbone_is_refused(tiny):
     config, weights, _ = tiny
-    over = {**tiny_overrides("smart"), **openclip_overrides(str(config), weights)}
+    over = {**tiny_overrides("smart"), **frontend_overrides(str(config), weights=str(weights))}
     over["n_regions"] = 17  # e.g. someone counted the CLS token
     with pytest.raises(EdgecapError, match=r"config n_regions=17, but the backbone needs 16"):
         build("smart", **over)
-    over = {**tiny_overrides("smart"), **openclip_overrides(str(config), weights)}
+    over = {**tiny_overrides("smart"), **frontend_overrides(str(config), weights=str(weights))}
     over["visual"] = {**over["visual"], "mean": (0.485, 0.456, 0.406)}
     with pytest.raises(EdgecapError, match=r"config visual.mean=\(0.485"):
         build("smart", **over)

@@ -1,14 +1,26 @@
 """Image preprocessing as the bundle manifest (or a model's VisualConfig) says.
 
-Training, export and the runtime all call this one function, so a resize filter or channel
-order can never differ between them.
+Training, feature extraction, export and the runtime all call this one function, so a resize
+filter, crop or channel order can never differ between them.
+
+Two geometries:
+- crop "none": the whole frame is resized (squashed) to size x size. Nothing in view is cut
+  off, which is what a robot that must name every object wants; aspect ratio is lost.
+- crop "center": the shorter side is resized to `resize_size` (the longer one keeps the aspect
+  ratio, truncated to an integer as torchvision's `Resize(int)` does), then the centre
+  size x size is cut out (offsets rounded as torchvision's `center_crop`). This is how
+  open_clip (`resize_size == size`) and torchvision's ImageNet weights (e.g. 232 -> 224)
+  prepared their training images, so features match what the weights saw.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 RESIZE_FILTERS = ("nearest", "bilinear", "bicubic", "area", "lanczos")
+CROPS = ("none", "center")
 
 
 def _cv2_filter(name: str) -> int:
@@ -26,6 +38,19 @@ def _cv2_filter(name: str) -> int:
     return table[name]
 
 
+def resized_shape(height: int, width: int, short: int) -> tuple[int, int]:
+    """(h, w) after resizing the shorter side to `short` (torchvision's integer rule)."""
+    if height <= width:
+        return short, int(short * width / height)
+    return int(short * height / width), short
+
+
+def _center_crop(image: np.ndarray, size: int) -> np.ndarray:
+    h, w = image.shape[:2]
+    top, left = int(round((h - size) / 2.0)), int(round((w - size) / 2.0))
+    return image[top:top + size, left:left + size]
+
+
 def preprocess(
     image_bgr: np.ndarray,
     size: int,
@@ -33,14 +58,27 @@ def preprocess(
     std=(0.229, 0.224, 0.225),
     resize: str = "bilinear",
     channel_order: str = "RGB",
+    crop: str = "none",
+    resize_size: int = 0,
 ) -> np.ndarray:
     """uint8 HxWx3 BGR (OpenCV's order) -> float32 [3, size, size], scaled to [0, 1],
-    normalised by mean/std given in `channel_order`."""
+    normalised by mean/std given in `channel_order`. `crop`/`resize_size`: see the module doc
+    (resize_size 0 means `size`)."""
     import cv2
 
     if image_bgr.ndim != 3 or image_bgr.shape[2] != 3:
         raise ValueError(f"image has shape {image_bgr.shape}, expected HxWx3")
-    if image_bgr.shape[:2] != (size, size):
+    if crop == "center":
+        short = int(resize_size or size)
+        if short < size:
+            raise ValueError(f"resize_size {short} is smaller than the crop size {size}")
+        h, w = resized_shape(*image_bgr.shape[:2], short)
+        if (h, w) != image_bgr.shape[:2]:
+            image_bgr = cv2.resize(image_bgr, (w, h), interpolation=_cv2_filter(resize))
+        image_bgr = _center_crop(image_bgr, size)
+    elif crop != "none":
+        raise ValueError(f"crop {crop!r}, expected one of {', '.join(CROPS)}")
+    elif image_bgr.shape[:2] != (size, size):
         image_bgr = cv2.resize(image_bgr, (size, size), interpolation=_cv2_filter(resize))
     if channel_order == "RGB":
         image = image_bgr[:, :, ::-1]
@@ -51,6 +89,14 @@ def preprocess(
     x = image.astype(np.float32) / 255.0
     x = (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
     return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+
+def preprocess_as(image_bgr: np.ndarray, settings: Mapping) -> np.ndarray:
+    """`preprocess` with the manifest's `preprocessing` record (size, mean, std, resize,
+    channel_order, crop, resize_size; the last two optional)."""
+    return preprocess(image_bgr, int(settings["size"]), tuple(settings["mean"]), tuple(settings["std"]),
+                      settings.get("resize", "bilinear"), settings.get("channel_order", "RGB"),
+                      settings.get("crop", "none"), int(settings.get("resize_size", 0) or 0))
 
 
 def preprocess_batch(images_bgr, size: int, **kwargs) -> np.ndarray:

@@ -45,6 +45,7 @@ class ImageSource:
             raise EdgecapError(f"data.augment={augment!r}, expected one of {', '.join(AUGMENTATIONS)}")
         self.root = Path(root)
         self.visual = visual
+        self.preprocessing = visual.preprocessing()
         self.augment = augment
         self.shift = int(shift)
         self.cache: dict[str, np.ndarray] | None = {} if cache else None
@@ -63,11 +64,9 @@ class ImageSource:
         return image
 
     def load(self, item: KarpathyImage, rng: np.random.Generator | None):
-        from edgecap.contract.preprocess import preprocess
+        from edgecap.contract.preprocess import preprocess_as
 
-        v = self.visual
-        x = preprocess(self._read(item), v.image_size, mean=v.mean, std=v.std, resize=v.resize,
-                       channel_order=v.channel_order)
+        x = preprocess_as(self._read(item), self.preprocessing)
         if rng is not None and self.augment == "shift" and self.shift > 0:
             # Translate by (dx, dy) with edge pixels replicated into the uncovered border.
             s = self.shift

@@ -1,7 +1,11 @@
-"""`edgecap features extract`: precompute open_clip grid features once, into HDF5 (M2 layout).
+"""`edgecap features extract`: precompute a front end's grid features once, into HDF5 (M2 layout).
 
     edgecap features extract --backbone ViT-L-14 --weights open_clip_vit_l14.bin \\
         --images coco/images --split-file dataset_coco.json --out coco_vitl14.h5
+
+Any front end of `models/frontends` (open_clip ViTs / RN50, torchvision resnet50,
+mobilenet_v3_large, efficientnet_b0); without --weights its seeded random initialisation,
+recorded as "random" in the file.
 
 Images come from the Karpathy split file (`images[].filepath/filename/cocoid/split`), keys
 are `<cocoid>_features`. Batched, with a progress bar, and resumable: ids already complete in
@@ -20,9 +24,14 @@ from edgecap.errors import EdgecapError
 def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
-    p = sub.add_parser("extract", help="open_clip grid features for every image of a split file -> HDF5")
-    p.add_argument("--backbone", required=True, help="open_clip model name (e.g. ViT-B-32) or a model config .json")
-    p.add_argument("--weights", required=True, help="local open_clip weights file (never downloaded)")
+    p = sub.add_parser("extract", help="a front end's grid features for every image of a split file -> HDF5")
+    p.add_argument("--backbone", required=True,
+                   help="front end: ViT-B-32, ViT-B-16, ViT-L-14, RN50, resnet50, mobilenet_v3_large, "
+                        "efficientnet_b0, another open_clip name or an open_clip model config .json")
+    p.add_argument("--weights", default="",
+                   help="local weights file, open_clip or torchvision state dict (never downloaded); "
+                        "default: seeded random weights, recorded as 'random'")
+    p.add_argument("--image-size", type=int, default=0, help="input size in pixels (default: the weights' own)")
     p.add_argument("--sha256", default="", help="expected sha256 of the weights file")
     p.add_argument("--images", required=True, help="image root: files are IMAGES/<filepath>/<filename>")
     p.add_argument("--split-file", required=True, help="Karpathy dataset_coco.json")
@@ -75,15 +84,15 @@ def read_split_images(split_file: str | Path, images: str | Path, splits: set[st
     return items
 
 
-def _load_image(item: ImageItem, prep):
+def _load_image(item: ImageItem, prep: dict):
     import cv2
 
-    from edgecap.contract.preprocess import preprocess
+    from edgecap.contract.preprocess import preprocess_as
 
     image = cv2.imread(str(item.path), cv2.IMREAD_COLOR)
     if image is None:
         raise EdgecapError(f"cannot read image {item.path}")
-    return preprocess(image, prep.size, prep.mean, prep.std, prep.resize, prep.channel_order)
+    return preprocess_as(image, prep)
 
 
 def extract_features(
@@ -96,6 +105,7 @@ def extract_features(
     sha256: str = "",
     dtype: str = "float32",
     progress: bool = True,
+    image_size: int = 0,
 ) -> dict:
     """Write grid tokens [N, D] of every item to `out`; returns counts (written / skipped)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -105,31 +115,19 @@ def extract_features(
     from tqdm import tqdm
 
     from edgecap.data.features import FeatureWriter
-    from edgecap.models.pretrained import (
-        grid_shape,
-        grid_tokens,
-        load_open_clip_visual,
-        sha256_file,
-    )
+    from edgecap.models.frontends import build_frontend, provenance
 
     if batch_size < 1:
         raise EdgecapError(f"--batch-size {batch_size}, expected >= 1")
+    if image_size < 0:
+        raise EdgecapError(f"--image-size {image_size}, expected a positive size (or 0 for the weights' own)")
     if device == "cuda" and not torch.cuda.is_available():
         raise EdgecapError("--device cuda, but torch sees no CUDA device")
-    visual, prep = load_open_clip_visual(backbone, weights, sha256, device=device)
-    n_tokens, width = grid_shape(visual, prep.size)
-    provenance = {
-        "backbone": Path(backbone).stem if backbone.endswith(".json") else backbone,
-        "weights_sha256": sha256 or sha256_file(weights),
-        "preprocessing": {
-            "size": prep.size, "mean": list(prep.mean), "std": list(prep.std),
-            "resize": prep.resize, "channel_order": prep.channel_order,
-        },
-        "tokens": "last block, after ln_post, CLS excluded",
-        "n_regions": n_tokens,
-        "dim": width,
-    }
-    with FeatureWriter(out, provenance, dtype=dtype) as writer:
+    frontend = build_frontend(backbone, image_size, str(weights or ""), sha256).to(device)
+    cfg = frontend.cfg
+    n_tokens, width = cfg.n_regions, cfg.d_in
+    prep = cfg.visual.preprocessing()
+    with FeatureWriter(out, provenance(cfg.visual, n_tokens, width), dtype=dtype) as writer:
         done = writer.done_ids()
         todo = [it for it in items if it.image_id not in done]
         bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="img",
@@ -138,7 +136,7 @@ def extract_features(
             for start in range(0, len(todo), batch_size):
                 batch = todo[start : start + batch_size]
                 pixels = np.stack(list(pool.map(lambda it: _load_image(it, prep), batch)))
-                tokens = grid_tokens(visual, torch.from_numpy(pixels).to(device)).float().cpu().numpy()
+                tokens = frontend(torch.from_numpy(pixels).to(device))[0].float().cpu().numpy()
                 for item, feats in zip(batch, tokens, strict=True):
                     writer.write(item.image_id, feats)
                 writer.flush()  # a Ctrl-C loses at most the batch in flight
@@ -152,6 +150,7 @@ def run(args) -> int:
     stats = extract_features(
         args.backbone, args.weights, items, args.out,
         batch_size=args.batch_size, device=args.device, sha256=args.sha256, dtype=args.dtype,
+        image_size=args.image_size,
     )
     print(
         f"{args.out}: {stats['written']} images written, {stats['skipped']} already present; "

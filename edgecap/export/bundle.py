@@ -101,6 +101,11 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
 
     torch.manual_seed(0)
     ckpt = load_checkpoint(checkpoint)
+    if settings.frontend:
+        from edgecap.export.attach import attach_frontend
+
+        for note in attach_frontend(ckpt, settings.frontend, settings.visual_weights, settings.image_size):
+            print(f"note: {note}", file=sys.stderr)
     cfg, vocab = ckpt.config, ckpt.vocab
     spec = spec_for(ckpt.model, settings.batch, settings.beam)
     inputs = load_parity_inputs(spec, settings.samples, settings.data, ckpt.meta, checkpoint=checkpoint)
@@ -130,6 +135,7 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
             "vocab": {"itos": list(vocab.itos), "pad_id": vocab.pad_id, "bos_id": vocab.bos_id,
                       "eos_id": vocab.eos_id, "unk_id": vocab.unk_id},
             "preprocessing": spec.preprocessing(),
+            "frontend": spec.frontend(),
             "decoding": {"beam_size": settings.beam, "max_len": cfg.max_len, "length_penalty": 0.0},
             "state": spec.state(),
             "graphs": [_graph_entry(g.role, f"{g.role}.onnx", tmp, "onnxruntime", "fp32", infos[g.role]) for g in graphs],

@@ -29,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", type=int, help="trt: builder workspace limit in MiB (default 1024)")
     parser.add_argument("--timing-cache", dest="timing_cache", help="trt: timing cache file, reused across builds")
     parser.add_argument("--int8-mode", dest="int8_mode", help="trt int8: qdq (explicit) | calibrator (default qdq)")
+    parser.add_argument("--frontend", help="a captioner trained on cached features: build this front end "
+                        "(e.g. ViT-L-14, resnet50) into the bundle's visual graph")
+    parser.add_argument("--visual-weights", dest="visual_weights",
+                        help="--frontend weights file (open_clip or torchvision state dict; default: its seeded random weights)")
+    parser.add_argument("--image-size", dest="image_size", type=int,
+                        help="--frontend input size in pixels (default: the size its features were made at)")
     parser.add_argument("--out", help="bundle directory to write (default: beside the checkpoint, "
                                       "named CHECKPOINT-ENGINE-PRECISION-bBkK)")
     parser.add_argument("--force", action="store_true", help="replace an existing bundle")
@@ -36,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 OPTION_KEYS = ("engine", "target", "batch", "beam", "precision", "opset", "exporter", "samples", "data",
-               "quantize", "workspace", "timing_cache", "int8_mode", "out", "force")
+               "quantize", "workspace", "timing_cache", "int8_mode", "frontend", "visual_weights", "image_size",
+               "out", "force")
 
 
 def _summary(result) -> list[str]:
@@ -47,6 +54,8 @@ def _summary(result) -> list[str]:
         parts = [f"beam {p['beam_identical']:.0%} identical on {p['samples']} inputs"]
         if "greedy_identical" in p:
             parts.insert(0, f"greedy {p['greedy_identical']:.0%}")
+        if "visual_beam_identical" in p:
+            parts.append(f"visual graph alone: beam {p['visual_beam_identical']:.0%} identical")
         if "cider_delta" in p:
             parts.append(f"CIDEr-D delta {p['cider_delta']:+.3f}")
         if "max_abs_delta" in p:

@@ -17,7 +17,8 @@ SUPPORTED_OPSETS = (17, 18, 19, 20)
 DEFAULT_OPSET = 17  # the oldest opset with LayerNormalization; TensorRT 8.6+ parses it
 
 # options every engine takes (command-line flag names without dashes, underscores as in args)
-COMMON_OPTIONS = ("target", "batch", "beam", "precision", "opset", "out", "force", "exporter", "samples", "data")
+COMMON_OPTIONS = ("target", "batch", "beam", "precision", "opset", "out", "force", "exporter", "samples", "data",
+                  "frontend", "visual_weights", "image_size")
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ CHOICES = {
 BASE_DEFAULTS = {
     "batch": 1, "beam": 3, "precision": "fp32", "opset": DEFAULT_OPSET, "exporter": "torchscript",
     "samples": 8, "data": "", "out": "", "force": False, "target": "",
+    "frontend": "", "visual_weights": "", "image_size": 0,
 }
 
 
@@ -98,6 +100,9 @@ class ExportSettings:
     workspace: int = 1024  # MiB
     timing_cache: str = ""
     int8_mode: str = "qdq"
+    frontend: str = ""  # attach this front end to a captioner trained on its cached features
+    visual_weights: str = ""  # the front end's weights file ("" = its seeded random weights)
+    image_size: int = 0  # the front end's input size (0 = the features' / weights' own)
 
     @property
     def format(self) -> Format:
@@ -149,7 +154,8 @@ def load_preset(name: str) -> tuple[str, dict]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise EdgecapError(f"target preset {path}: {exc}") from exc
     data.pop("description", None)
-    known = {f.name for f in fields(ExportSettings)} - {"target", "force", "out"}
+    known = {f.name for f in fields(ExportSettings)} - {"target", "force", "out", "frontend", "visual_weights",
+                                                        "image_size"}
     for key in data:
         if key not in known:
             raise EdgecapError(f"target preset {path}: unknown key {key!r}{did_you_mean(key, known)}; keys: {', '.join(sorted(known))}")
@@ -202,5 +208,11 @@ def _validate(s: ExportSettings, fmt: Format) -> None:
         value = getattr(s, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise EdgecapError(f"{flag(key)} {value!r}: expected an integer >= {low}")
+    if s.visual_weights and not s.frontend:
+        raise EdgecapError("--visual-weights names the weights of a --frontend; pass --frontend NAME too")
+    if s.image_size and not s.frontend:
+        raise EdgecapError("--image-size sets the input size of a --frontend; pass --frontend NAME too")
+    if isinstance(s.image_size, bool) or not isinstance(s.image_size, int) or s.image_size < 0:
+        raise EdgecapError(f"--image-size {s.image_size!r}: expected a positive integer")
     if s.data and not os.path.isdir(s.data):
         raise EdgecapError(f"--data {s.data}: not a directory")

@@ -43,14 +43,23 @@ def _torch_export(spec: GraphSpec, path: Path, opset: int, exporter: str) -> Non
 
     kwargs = dict(input_names=spec.input_names, output_names=spec.output_names, opset_version=opset)
     noise = io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(noise), torch.no_grad():
-        warnings.simplefilter("ignore")
-        if exporter == "dynamo":
-            require("onnxscript", "train", "the dynamo ONNX exporter")
-            torch.onnx.export(spec.module, spec.dummy_inputs, str(path), dynamo=True, external_data=False, **kwargs)
-        else:
-            torch.onnx.export(spec.module, spec.dummy_inputs, str(path), dynamo=False,
-                              do_constant_folding=True, **kwargs)
+    # nn.MultiheadAttention (open_clip's ViT blocks) takes a fused fast path in eval mode under
+    # no_grad, `aten::_native_multi_head_attention`, which no ONNX exporter can write; off, it
+    # runs as the plain matmul / softmax ops it is made of.
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(noise), torch.no_grad():
+            warnings.simplefilter("ignore")
+            if exporter == "dynamo":
+                require("onnxscript", "train", "the dynamo ONNX exporter")
+                torch.onnx.export(spec.module, spec.dummy_inputs, str(path), dynamo=True, external_data=False,
+                                  **kwargs)
+            else:
+                torch.onnx.export(spec.module, spec.dummy_inputs, str(path), dynamo=False,
+                                  do_constant_folding=True, **kwargs)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
     # the TorchScript exporter puts a module back in training mode after tracing it
     spec.module.eval()
 

@@ -134,7 +134,10 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     vocab = Vocab.from_dict(payload["vocab"], where=f"checkpoint {path}: vocab")
     if len(vocab) != cfg.vocab_size:
         raise EdgecapError(f"checkpoint {path}: vocabulary has {len(vocab)} words but config.vocab_size={cfg.vocab_size}")
-    model = build_from_config(cfg)
+    from edgecap.models.frontends import skeleton_front_ends
+
+    with skeleton_front_ends():  # the state dict carries a front end's weights: no file, no init
+        model = build_from_config(cfg)
     state = {k: v.float() if v.is_floating_point() else v for k, v in payload["state_dict"].items()}
     check_weights(model.state_dict(), state, f"checkpoint {path} is inconsistent",
                   f"its config ({cfg.name!r}: family {cfg.family}, d_model {cfg.d_model}) and its weights "

@@ -60,19 +60,29 @@ class VisualConfig:
     """Where the feature sequence [B, N, D_in] comes from.
 
     kind: "features" (precomputed regions / grid, e.g. HDF5), "cnn" (small CNN trained from
-    scratch on images), or "open_clip" (grid tokens of a local open_clip checkpoint).
+    scratch on images), "open_clip" (grid of an open_clip ViT or ModifiedResNet) or
+    "torchvision" (last feature map of a torchvision CNN); the last two are frozen real-size
+    front ends (models/frontends.py), with weights from a local file or seeded random ones.
     """
 
     kind: str = "features"
     image_size: int = 224
     channels: tuple[int, ...] = (32, 64, 128, 128)
-    backbone: str = ""  # open_clip model name, e.g. "ViT-B-32"
-    weights: str = ""  # local file; never downloaded
+    backbone: str = ""  # open_clip / torchvision model name, e.g. "ViT-B-32", "resnet50"
+    weights: str = ""  # local file, never downloaded; "" = seeded random init (front ends)
     weights_sha256: str = ""
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     resize: str = "bilinear"  # OpenCV filter name used by training and the runtime
     channel_order: str = "RGB"
+    crop: str = "none"  # "none": squash the frame to image_size; "center": resize + centre crop
+    resize_size: int = 0  # crop "center": shorter side before cropping (0 = image_size)
+
+    def preprocessing(self) -> dict:
+        """The manifest's `preprocessing` record (contract.preprocess.preprocess_as)."""
+        return {"size": self.image_size, "resize": self.resize, "mean": list(self.mean), "std": list(self.std),
+                "channel_order": self.channel_order, "crop": self.crop,
+                "resize_size": self.resize_size or self.image_size}
 
 
 @dataclass

@@ -59,7 +59,8 @@ _VARIANT_MODULES = (
     "edgecap.models.core",
     "edgecap.models.lstm",
     "edgecap.models.visual",
-    "edgecap.models.pretrained",
+    "edgecap.models.frontends.openclip",
+    "edgecap.models.frontends.tv",
 )
 
 

@@ -75,7 +75,7 @@ def model_embeddings(model, root: str, items, batch_size: int, progress: bool = 
     import numpy as np
     import torch
 
-    from edgecap.contract.preprocess import preprocess
+    from edgecap.contract.preprocess import preprocess_as
     from edgecap.retrieval.embedding import image_embeddings
 
     vc = model.cfg.visual
@@ -92,7 +92,7 @@ def model_embeddings(model, root: str, items, batch_size: int, progress: bool = 
                     bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
                     if bgr is None:
                         raise EdgecapError(f"image {item.image_id}: cannot read {path}")
-                    images.append(preprocess(bgr, vc.image_size, vc.mean, vc.std, vc.resize, vc.channel_order))
+                    images.append(preprocess_as(bgr, vc.preprocessing()))
                 device = next(iter(model.parameters())).device
                 with torch.no_grad():
                     feats, mask = model.visual(torch.from_numpy(np.stack(images)).to(device))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgecap.contract.beam import DecodeOptions
-from edgecap.contract.preprocess import preprocess
+from edgecap.contract.preprocess import preprocess_as
 from edgecap.errors import EdgecapError
 
 STAGES = ("preprocess", "visual", "encoder", "decode")
@@ -57,11 +57,8 @@ class Captioner:
         defaults = getattr(bundle, "decoding", None) or {}
         self.length_penalty = float(defaults.get("length_penalty", 0.0)
                                     if length_penalty is None else length_penalty)
-        pp = dict(bundle.preprocessing)
-        self.size = int(pp["size"])
-        self._pp = {"mean": tuple(pp["mean"]), "std": tuple(pp["std"]),
-                    "resize": pp.get("resize", "bilinear"),
-                    "channel_order": pp.get("channel_order", "RGB")}
+        self._pp = dict(bundle.preprocessing)
+        self.size = int(self._pp["size"])
         self.batch_size = int(bundle.batch_size)
         self._images = np.zeros((self.batch_size, 3, self.size, self.size), np.float32)
         self._special = {int(bundle.bos_id), int(bundle.eos_id), int(bundle.pad_id)}
@@ -98,7 +95,7 @@ class Captioner:
     def preprocess_into(self, frames: list[np.ndarray]) -> np.ndarray:
         """Fill the reused [batch, 3, H, W] buffer; rows past len(frames) are zero padding."""
         for i, frame in enumerate(frames):
-            self._images[i] = preprocess(frame, self.size, **self._pp)
+            self._images[i] = preprocess_as(frame, self._pp)
         self._images[len(frames):] = 0.0
         return self._images
 

@@ -22,7 +22,11 @@ from typing import Any
 from edgecap.errors import EdgecapError
 
 FORMAT = "edgecap-bundle"
-FORMAT_VERSION = 1
+# 2: preprocessing gained `crop` and `resize_size` (an older runtime would squash a frame the
+# bundle expects centre-cropped). Version 1 manifests are still read: they never crop.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+CROPS = ("none", "center")
 MANIFEST_NAME = "manifest.json"
 
 ROLES = ("visual", "encoder", "decoder_step")
@@ -188,6 +192,8 @@ class Preprocessing:
     mean: list[float]
     std: list[float]
     channel_order: str
+    crop: str = "none"  # "none": squash to size x size; "center": shorter side -> resize_size, centre crop
+    resize_size: int = 0  # crop "center": shorter side before cropping
 
     @classmethod
     def from_dict(cls, data: dict, where: str) -> Preprocessing:
@@ -199,8 +205,15 @@ class Preprocessing:
             out.append([float(v) for v in values])
         if any(s == 0 for s in out[1]):
             raise ManifestError(f"{where}.std: {out[1]}, expected non-zero values")
+        size = _positive(_need(data, "size", int, where), f"{where}.size")
+        crop = _choice(_opt(data, "crop", str, where, "none"), CROPS, f"{where}.crop")
+        resize_size = _opt(data, "resize_size", int, where, size)
+        if crop == "center" and resize_size < size:
+            raise ManifestError(f"{where}.resize_size: {resize_size}, expected >= size {size} (it is cropped to size)")
         return cls(
-            size=_positive(_need(data, "size", int, where), f"{where}.size"),
+            size=size,
+            crop=crop,
+            resize_size=resize_size,
             resize=_need(data, "resize", str, where),
             mean=out[0],
             std=out[1],
@@ -271,6 +284,8 @@ class Manifest:
     versions: dict = field(default_factory=dict)
     # RA-T: files the runtime's retriever reads (index, tokens, sha256 per file, k, length, ...)
     retrieval: dict = field(default_factory=dict)
+    # real-size front end: kind, backbone, weights ("random" or a file name), weights_sha256, tokens, ...
+    frontend: dict = field(default_factory=dict)
     format: str = FORMAT
 
     @classmethod
@@ -281,7 +296,7 @@ class Manifest:
         if fmt != FORMAT:
             raise ManifestError(f"{where}: format {fmt!r}, expected {FORMAT!r} (not an edgecap bundle)")
         version = _need(data, "format_version", int, where)
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             newer = "re-export it with this edgecap version" if version < FORMAT_VERSION else "upgrade edgecap on this machine"
             raise ManifestError(
                 f"{where}.format_version: {version}, this runtime reads version {FORMAT_VERSION} ({newer})"
@@ -312,6 +327,7 @@ class Manifest:
             created=_opt(data, "created", str, where, ""),
             versions=_opt(data, "versions", dict, where, {}),
             retrieval=_retrieval(_opt(data, "retrieval", dict, where, {}), f"{where}.retrieval"),
+            frontend=_opt(data, "frontend", dict, where, {}),
         )
         manifest._check_graphs(where)
         return manifest

@@ -164,7 +164,7 @@ class Bundle:
         pre = self.manifest.preprocessing
         return {} if pre is None else {
             "size": pre.size, "resize": pre.resize, "mean": list(pre.mean), "std": list(pre.std),
-            "channel_order": pre.channel_order,
+            "channel_order": pre.channel_order, "crop": pre.crop, "resize_size": pre.resize_size,
         }
 
     @property

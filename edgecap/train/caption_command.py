@@ -108,7 +108,7 @@ def run(args) -> int:
     import torch
 
     from edgecap.contract.beam import DecodeOptions
-    from edgecap.contract.preprocess import preprocess
+    from edgecap.contract.preprocess import preprocess_as
     from edgecap.errors import EdgecapError, require
     from edgecap.io import write_json_atomic
     from edgecap.models.checkpoint import load_checkpoint
@@ -148,7 +148,7 @@ def run(args) -> int:
                 if image is None:
                     raise EdgecapError(f"cannot read image {path} (missing or not an image)"
                                        + (f"; nothing written to {out}" if out else ""))
-                arrays.append(preprocess(image, vc.image_size, vc.mean, vc.std, vc.resize, vc.channel_order))
+                arrays.append(preprocess_as(image, vc.preprocessing()))
             captions = caption_batch(ckpt, torch.from_numpy(np.stack(arrays)), options, retrieval)
             for path, caption in zip(chunk, captions, strict=True):
                 results.append((path, caption))

@@ -16,6 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, default=None,
                         help="stop (saving last.pt) once the run reaches this many optimizer steps")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: [run].device (auto)")
+    parser.add_argument("--visual-weights", dest="visual_weights", default=None,
+                        help="local weights of the [model].visual front end (open_clip or torchvision state dict)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -27,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_steps is not None and args.max_steps < 1:
         raise EdgecapError(f"--max-steps {args.max_steps}: expected a positive step count")
     cfg = load_config(args.config)
+    if args.visual_weights is not None:
+        cfg = cfg.with_visual_weights(args.visual_weights)
     trainer = Trainer(cfg, out=args.out, resume=args.resume, max_steps=args.max_steps,
                       device=args.device, progress=not args.quiet)
     summary = trainer.run()

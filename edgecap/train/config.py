@@ -142,11 +142,59 @@ class TrainConfig:
     def model_config(self, vocab_size: int, special_ids: dict[str, int] | None = None):
         from edgecap.models import preset_config
 
-        overrides = dict(self.model)
+        overrides = _merged(self.derived_model_fields(), self.model)
         overrides["vocab_size"] = vocab_size
         for role, idx in (special_ids or {}).items():
             overrides[f"{role}_id"] = idx
         return preset_config(self.preset, **overrides)
+
+    def with_visual_weights(self, path: str) -> TrainConfig:
+        """The config with [model].visual.weights = path (`edgecap train --visual-weights`)."""
+        from edgecap.models.frontends import FRONT_END_KINDS
+
+        visual = self.model.get("visual") if isinstance(self.model.get("visual"), dict) else {}
+        if visual.get("kind") not in FRONT_END_KINDS:
+            raise EdgecapError(
+                f"--visual-weights needs a real-size front end in [model].visual (kind = "
+                f"{' | '.join(repr(k) for k in FRONT_END_KINDS)}), not {visual.get('kind', 'the preset default')!r}"
+            )
+        from edgecap.models.pretrained import resolve_weights
+
+        resolve_weights(path, visual.get("weights_sha256", ""), what="--visual-weights")
+        return dataclasses.replace(self, model={**self.model, "visual": {**visual, "weights": str(path)}})
+
+    def derived_model_fields(self) -> dict:
+        """Model fields that follow from the front end or the features file, unless [model]
+        sets them: a real-size front end gives d_in, n_regions, sinusoidal positions and its
+        weights' preprocessing (`frontend_overrides`); an HDF5 file written by `edgecap
+        features extract` gives its grid (`n_regions`, `dim`), so training on cached features
+        builds the same captioner as training with the front end on the fly."""
+        visual = self.model.get("visual") or {}
+        if not isinstance(visual, dict):
+            return {}
+        from edgecap.models.frontends import FRONT_END_KINDS
+
+        if visual.get("kind") in FRONT_END_KINDS:
+            from edgecap.models.frontends import frontend_overrides
+
+            return frontend_overrides(visual.get("backbone", ""), int(visual.get("image_size", 0) or 0),
+                                      visual.get("weights", ""), visual.get("weights_sha256", ""), kind=visual["kind"])
+        made = self.features_provenance()
+        if made and visual.get("kind", "features") == "features":
+            return {"d_in": int(made["dim"]), "n_regions": int(made["n_regions"]), "encoder_positions": "sinusoidal"}
+        return {}
+
+    def features_provenance(self) -> dict:
+        """The attributes `edgecap features extract` wrote into [data].features ({} otherwise)."""
+        path = self.data.features
+        if not path or not Path(path).is_file():
+            return {}
+        from edgecap.data.features import FeatureStore
+
+        with FeatureStore(path) as store:
+            attrs = store.attrs
+        keys = ("kind", "backbone", "weights_sha256", "preprocessing", "tokens", "n_regions", "dim")
+        return {k: attrs[k] for k in keys if k in attrs} if "dim" in attrs and "n_regions" in attrs else {}
 
     def to_dict(self) -> dict:
         out = {"model": {"preset": self.preset, **self.model}}
@@ -154,6 +202,14 @@ class TrainConfig:
             out[name] = dataclasses.asdict(getattr(self, name))
         out["prototypes"] = dict(self.prototypes)
         return out
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """`over` on top of `base`, nested tables merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 SECTIONS = ("model", "data", "optim", "schedule", "scst", "prototypes", "retrieval", "run")

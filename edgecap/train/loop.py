@@ -321,6 +321,12 @@ class Trainer:
                 write_json_atomic(vocab_path, self.vocab.to_dict())
         v = self.vocab
         self.model_cfg = cfg.model_config(len(v), {"pad": v.pad_id, "bos": v.bos_id, "eos": v.eos_id, "unk": v.unk_id})
+        vc = self.model_cfg.visual
+        if vc.weights and not vc.weights_sha256:  # the checkpoint names the exact weights it froze
+            from edgecap.models.pretrained import sha256_file
+
+            self.model_cfg = self.model_cfg.replace(**{"visual.weights_sha256": sha256_file(vc.weights)})
+        self.features_provenance = cfg.features_provenance()
         seed_everything(cfg.run.seed)  # identical initial weights on every rank
         self.model = build_from_config(self.model_cfg).to(self.device)
         for p in self.model.parameters():
@@ -414,6 +420,8 @@ class Trainer:
         s = self.state
         meta = {"step": s.step, "phase": s.phase, "epoch": s.epoch, "batch": s.batch,
                 "train_config": self.cfg.to_dict()}
+        if self.features_provenance:  # which front end made the features (export attaches it)
+            meta["features_provenance"] = self.features_provenance
         if val is not None:
             meta["val_cider_d"] = val
         return meta

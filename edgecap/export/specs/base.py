@@ -104,9 +104,22 @@ class ExportSpec:
     def preprocessing(self) -> dict | None:
         if not self.takes_images:
             return None
+        return self.cfg.visual.preprocessing()
+
+    def frontend(self) -> dict:
+        """The manifest's `frontend` record for a real-size front end ({} for the others):
+        which backbone, which weights ("random" when seeded random), what its tokens are."""
+        from edgecap.models.frontends import FrontEnd, provenance, weights_label
+
+        visual = self.model.visual
+        if not isinstance(visual, FrontEnd):
+            return {}
         vc = self.cfg.visual
-        return {"size": vc.image_size, "resize": vc.resize, "mean": list(vc.mean), "std": list(vc.std),
-                "channel_order": vc.channel_order}
+        made = provenance(vc, self.cfg.n_regions, self.cfg.d_in) if not vc.weights or vc.weights_sha256 else {}
+        return {"kind": vc.kind, "backbone": vc.backbone, "weights": weights_label(vc),
+                "weights_sha256": made.get("weights_sha256", ""), "tokens": type(visual).describe(vc.backbone),
+                "grid": self.cfg.n_regions, "width": self.cfg.d_in,
+                "parameters": sum(p.numel() for p in visual.parameters())}
 
     def assets(self, root, vocab) -> dict | None:
         """Write extra files the runtime needs into the bundle directory `root`; -> the
