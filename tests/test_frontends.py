@@ -191,8 +191,11 @@ def test_cached_features_train_export_and_run_on_a_video(world, tmp_path, run_cl
     ckpt = tmp_path / "run" / "best.pt"
 
     bundle = tmp_path / "bundle"
-    code, stdout, stderr = run_cli("export", ckpt, "--engine", "onnx", "--batch", 1, "--beam", 2, "--samples", 2,
-                                   "--frontend", "mobilenet_v3_large", "--out", bundle, "--quiet")
+    args = ["export", ckpt, "--engine", "onnx", "--batch", 1, "--beam", 2, "--samples", 2,
+            "--frontend", "mobilenet_v3_large", "--out", bundle, "--quiet"]
+    code, _, stderr = run_cli(*args)  # the run saw features only: the gate needs images
+    assert code != 0 and "the model reads images but the data has none (pass --data DIR" in stderr
+    code, stdout, stderr = run_cli(*args, "--data", world)
     assert code == 0, stderr
     assert "visual graph alone: beam 100% identical" in stdout
     manifest = json.loads((bundle / "manifest.json").read_text())

@@ -163,7 +163,8 @@ def _dataset_inputs(spec: ExportSpec, found: ParityData, n: int) -> ParityInputs
         from edgecap.contract.preprocess import preprocess_as
 
         if found.images is None:
-            raise EdgecapError(f"parity data {found.label}: the model reads images but the data has none")
+            raise EdgecapError(f"parity data {found.label}: the model reads images but the data has none "
+                               f"(pass --data DIR: a dataset_coco.json with its images)")
         pre = spec.preprocessing()
         arrays = []
         for im in items:
