@@ -13,6 +13,7 @@ torchvision = pytest.importorskip("torchvision")
 pytest.importorskip("open_clip")
 
 from edgecap.errors import EdgecapError  # noqa: E402
+from edgecap.export.compat import check_file  # noqa: E402
 from edgecap.models.frontends import FRONT_ENDS, RANDOM, build_frontend, frontend_overrides  # noqa: E402
 from tests._export_util import export, save_tiny  # noqa: E402
 
@@ -40,10 +41,22 @@ def test_front_end_exports_with_a_passing_fp32_parity_gate(name, tmp_path):
     grid = (SIZE // info.stride) ** 2
     assert visual.outputs[0].shape == [2, grid, info.width] and visual.inputs[0].shape == [2, 3, SIZE, SIZE]
     assert m.checks["visual.onnx"] == {"tensorrt_compatible": True, "problems": []}
+    # what the TensorRT path runs before a build: polygraphy loads and runs the graph
+    report = check_file(result.path / "visual.onnx")
+    assert report.ok and report.polygraphy["ran"] and report.polygraphy["dynamic_inputs"] == []
     assert m.frontend["backbone"] == name and m.frontend["weights"] == RANDOM
     assert m.frontend["weights_sha256"] == RANDOM and m.frontend["width"] == info.width
     assert m.preprocessing.crop == "center" and m.preprocessing.size == SIZE
     assert m.preprocessing.resize_size >= SIZE
+
+
+def test_int8_vit_visual_graph_reports_its_own_caption_agreement(tmp_path):
+    ckpt = save_tiny(tmp_path / "m.pt", "smart", **small_captioner("ViT-B-32"))
+    result = export(ckpt, tmp_path / "bundle", precision="int8")
+    assert result.manifest.graph("visual").precision == "int8"  # the ViT's MatMuls are quantised
+    report = result.parity["onnxruntime"]
+    assert report["precision"] == "int8" and report["passed"]  # reported, not gated
+    assert 0 <= report["visual_beam_identical"] <= 1 and report["max_abs_delta"]["visual"] > 1e-3
 
 
 def test_vit_l_14_grid_at_a_small_input():

@@ -143,3 +143,18 @@ def test_trt_reduced_precision_reports_parity(tmp_path, precision):
     ckpt = save_tiny(tmp_path / "smart.pt", "smart")
     result = export(ckpt, tmp_path / "trt", engine="trt", precision=precision)
     assert result.parity["tensorrt"]["precision"] == precision
+
+
+@needs_trt
+def test_trt_fp16_builds_a_vit_visual_graph_with_fp32_layer_norms(tmp_path):
+    """A real ViT-L/14 front end (56 px input: a 4 x 4 grid) through the fp16 builder: every
+    LayerNorm stays fp32 and the features keep close to PyTorch's."""
+    from edgecap.models.frontends import frontend_overrides
+
+    ckpt = save_tiny(tmp_path / "vit.pt", "smart", **frontend_overrides("ViT-L-14", image_size=56))
+    result = export(ckpt, tmp_path / "trt", engine="trt", precision="fp16", workspace=4096)
+    visual = result.manifest.graph("visual", "tensorrt")
+    assert visual.tensorrt.fp32_layers == 2 * 24 + 2  # ln_1 / ln_2 per block, ln_pre, ln_post
+    report = result.parity["tensorrt"]
+    assert report["max_abs_delta"]["visual"] < 0.05 * max(1.0, report["feature_scale"])
+    assert "visual_beam_identical" in report

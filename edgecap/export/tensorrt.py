@@ -11,6 +11,17 @@ which makes the second build of a bundle much faster). Precision:
   inputs that calibration.py recorded from the fp32 bundle.
 Each engine's manifest entry records the TensorRT version, GPU name and compute capability it
 was built for; the runtime refuses it anywhere else.
+
+Large visual graphs (a ViT-L/14 front end: 304 M parameters, 1.2 GB of fp32 ONNX) need:
+- the parser reading the file itself (`parse_from_file`), not a bytes copy held in Python, so
+  weights stored as ONNX external data are found beside the graph too;
+- under fp16 / int8, every normalisation layer (LayerNormalization: 2 x 24 in a ViT-L, and
+  the final `ln_post`) kept in fp32 with `PREFER_PRECISION_CONSTRAINTS`: a LayerNorm's
+  variance over 1024 channels of a residual stream with outlier channels overflows fp16's
+  65504 (the failure TensorRT's own builder warns about for transformer graphs); everything
+  else, the matmuls that are the ViT's time, runs in fp16;
+- a workspace large enough for the attention tactics (`--workspace`, MiB; the Jetson preset
+  gives 1024, a ViT-L at batch 4 is measured there, not here).
 """
 
 from __future__ import annotations
@@ -38,7 +49,11 @@ def _parse(trt, builder, logger, onnx_path: Path):
         flags |= 1 << int(explicit)
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
-    if not parser.parse(onnx_path.read_bytes()):
+    if hasattr(parser, "parse_from_file"):
+        ok = parser.parse_from_file(str(onnx_path))
+    else:  # pragma: no cover - TensorRT < 8
+        ok = parser.parse(onnx_path.read_bytes())
+    if not ok:
         errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
         raise EdgecapError(f"TensorRT cannot parse {onnx_path.name}: {'; '.join(errors[:3])}")
     for i in range(network.num_inputs):
@@ -46,6 +61,25 @@ def _parse(trt, builder, logger, onnx_path: Path):
         if any(d < 0 for d in tensor.shape):
             raise EdgecapError(f"{onnx_path.name}: input {tensor.name!r} has dynamic shape {tuple(tensor.shape)}")
     return network, parser
+
+
+def keep_norms_fp32(trt, network, config) -> int:
+    """Pin every normalisation layer (and its output) to fp32 in a reduced-precision build;
+    -> how many layers were pinned."""
+    norm = getattr(trt.LayerType, "NORMALIZATION", None)
+    if norm is None:  # pragma: no cover - TensorRT < 8.6 has no LayerNormalization layer
+        return 0
+    pinned = 0
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        if layer.type == norm:
+            layer.precision = trt.float32
+            for k in range(layer.num_outputs):
+                layer.set_output_type(k, trt.float32)
+            pinned += 1
+    if pinned:
+        config.set_flag(trt.BuilderFlag.PREFER_PRECISION_CONSTRAINTS)
+    return pinned
 
 
 def _calibrator(trt, feeds: list[dict[str, np.ndarray]], cache_path: Path):
@@ -113,6 +147,7 @@ def build_engine(onnx_path: Path, engine_path: Path, precision: str, workspace_m
         if not builder.platform_has_fast_fp16:
             raise EdgecapError(f"this GPU has no fast fp16; build {precision} elsewhere or use --precision fp32")
         config.set_flag(trt.BuilderFlag.FP16)  # int8 layers fall back to fp16, not fp32
+        fp32_norms = keep_norms_fp32(trt, network, config)
     if precision == "int8":
         if not builder.platform_has_fast_int8:
             raise EdgecapError("this GPU has no fast int8; use --precision fp16")
@@ -135,4 +170,5 @@ def build_engine(onnx_path: Path, engine_path: Path, precision: str, workspace_m
             tmp.write_bytes(bytes(config.get_timing_cache().serialize()))
     gpu, cc = local_gpu()
     return {"version": trt.__version__, "gpu": gpu, "compute_capability": cc, "workspace_mb": int(workspace_mb),
-            "int8_mode": int8_mode if precision == "int8" else ""}
+            "int8_mode": int8_mode if precision == "int8" else "",
+            "fp32_layers": fp32_norms if precision in ("fp16", "int8") else 0}

@@ -38,6 +38,10 @@ class GloVe:
     def __len__(self) -> int:
         return len(self._index)
 
+    def words(self) -> list[str]:
+        """The vocabulary in file order (GloVe files list the most frequent words first)."""
+        return list(self._index)
+
     def vector(self, word: str) -> np.ndarray | None:
         # The table may be a 400k x d memory map: normalise only rows that are asked for.
         if word in self._cache:

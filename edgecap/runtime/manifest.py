@@ -108,6 +108,7 @@ class TensorRTInfo:
     compute_capability: str  # "8.7"
     workspace_mb: int = 0
     int8_mode: str = ""  # "", "calibrator" or "qdq"
+    fp32_layers: int = 0  # normalisation layers pinned to fp32 in an fp16 / int8 build
 
     @classmethod
     def from_dict(cls, data: dict, where: str) -> TensorRTInfo:
@@ -117,6 +118,7 @@ class TensorRTInfo:
             compute_capability=_need(data, "compute_capability", str, where),
             workspace_mb=_opt(data, "workspace_mb", int, where, 0),
             int8_mode=_opt(data, "int8_mode", str, where, ""),
+            fp32_layers=_opt(data, "fp32_layers", int, where, 0),
         )
 
 

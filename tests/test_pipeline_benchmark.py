@@ -1,0 +1,45 @@
+"""benchmarks/pipeline.py: the camera replay, and --quick writing its table, CSV, JSON and plot."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+sys.path.insert(0, f"{REPO}/benchmarks")
+
+from pipeline import sustained  # noqa: E402
+
+
+def test_a_captioner_faster_than_the_camera_keeps_every_frame():
+    got = sustained([10.0], fps=15)
+    assert got["captions_per_s"] == pytest.approx(15, rel=0.01) and got["dropped_pct"] < 1
+    assert got["capture_to_caption_p50_ms"] == pytest.approx(10)
+
+
+def test_a_slow_captioner_takes_the_newest_frame_and_counts_the_drops():
+    got = sustained([100.0], fps=30)  # 3 frames arrive per caption: 2 of them are dropped
+    assert got["captions_per_s"] == pytest.approx(10, rel=0.01)
+    assert got["dropped_pct"] == pytest.approx(100 * 2 / 3, abs=1)
+    # 10 fps at 15 fps: the newest frame is on average a few ms old when it is taken
+    assert 100 <= sustained([100.0], fps=15)["capture_to_caption_p50_ms"] < 100 + 1000 / 15
+
+
+def test_quick_run_writes_table_csv_json_and_stage_plot(tmp_path):
+    out = tmp_path / "pipe"
+    cmd = [sys.executable, f"{REPO}/benchmarks/pipeline.py", "--quick", "--backends", "onnxruntime,tensorrt",
+           "--batches", "1", "--frames", "2", "--out", str(out)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = {r["backend"]: r for r in json.loads((out / "pipeline.json").read_text())["rows"]}
+    ort = rows["onnxruntime"]
+    assert ort["status"] == "ok" and ort["frontend"] == "mobilenet_v3_large"
+    assert all(ort[f"{s}_ms"] >= 0 for s in ("preprocess", "visual", "encoder", "decode", "coverage"))
+    assert ort["visual_ms"] > 0 and ort["total_p99_ms"] >= ort["total_p50_ms"] > 0
+    assert ort["rss_mb"] > 0 and ort["bundle_mb"] > 0 and ort["cam15_captions_per_s"] > 0
+    assert rows["tensorrt"]["status"] == "skipped" or rows["tensorrt"]["status"] == "ok"
+    assert "total_p95_ms" in (out / "pipeline.csv").read_text().splitlines()[0]
+    assert "| mobilenet_v3_large | smart | onnxruntime | 1 |" in (out / "pipeline.md").read_text()
+    assert (out / "pipeline_stages_b1.png").stat().st_size > 1000
