@@ -79,8 +79,8 @@ def parse_args(argv=None):
     p.add_argument("--workdir", default="", help="keep checkpoints and bundles here and reuse them "
                                                  "(default: a temporary folder, emptied as the sweep goes)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per configuration")
-    p.add_argument("--lock", default="", help="hold this flock file during each measurement only (shared machines: "
-                                              "exports need no lock, timings do)")
+    p.add_argument("--lock", default="", help="hold this flock file while a (front end, captioner) group is timed "
+                                              "(shared machines: exports need no lock, timings do)")
     p.add_argument("--quick", action="store_true", help="smallest front end at 64 px, a small captioner, few frames")
     p.add_argument("--replot", action="store_true", help="re-render plots and tables from OUT/pipeline.json")
     p.add_argument("--child", help=argparse.SUPPRESS)  # JSON job: measure one configuration in this process
@@ -389,8 +389,7 @@ def measure_config(cfg: Config, prepared: dict, args) -> dict:
         row["bundle_mb"] = bundle_mb(Path(made["bundle"]))
     else:
         row["bundle_mb"] = ckpt.stat().st_size / 2**20  # the checkpoint a torch deployment carries
-    with exclusive(args.lock):
-        result = run_child(job, args.timeout)
+    result = run_child(job, args.timeout)
     if result["status"] != "ok":
         return {**row, **result}
     totals = result.pop("totals_ms")
@@ -531,10 +530,11 @@ def main(argv=None) -> int:
             for (frontend, captioner), group in groups.items():
                 bar.set_postfix_str(f"export {frontend}/{captioner}")
                 prepared = run_prepare(frontend, captioner, group, args, workdir)
-                for cfg in group:
-                    bar.set_postfix_str(cfg.key)
-                    rows.append(measure_config(cfg, prepared, args))
-                    bar.update()
+                with exclusive(args.lock):  # one wait per group, not per row, on a shared machine
+                    for cfg in group:
+                        bar.set_postfix_str(cfg.key)
+                        rows.append(measure_config(cfg, prepared, args))
+                        bar.update()
                 if not keep:
                     remove_group(prepared, workdir)
     finally:
