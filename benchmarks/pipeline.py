@@ -3,7 +3,7 @@
     python benchmarks/pipeline.py [--frontends mobilenet_v3_large,efficientnet_b0,resnet50,RN50,ViT-B-32,ViT-B-16,ViT-L-14]
         [--captioners smart,pma-edge,m2] [--backends torch,onnxruntime,onnxruntime-int8,tensorrt]
         [--batches 1,4] [--frames N] [--warmup N] [--threads N] [--image-size PX]
-        [--out DIR] [--workdir DIR] [--lock FILE] [--quick] [--replot]
+        [--out DIR] [--workdir DIR] [--lock FILE] [--resume] [--quick] [--replot]
 
 Every configuration is a real bundle (`edgecap export`: the front end's visual graph, the
 captioner's encoder and decoder-step graphs; fp32 or dynamic int8) or, for `torch`, the same
@@ -83,6 +83,8 @@ def parse_args(argv=None):
                                               "(shared machines: exports need no lock, timings do)")
     p.add_argument("--quick", action="store_true", help="smallest front end at 64 px, a small captioner, few frames")
     p.add_argument("--replot", action="store_true", help="re-render plots and tables from OUT/pipeline.json")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the rows OUT/pipeline.json already holds (same settings) and measure the rest")
     p.add_argument("--child", help=argparse.SUPPRESS)  # JSON job: measure one configuration in this process
     args = p.parse_args(argv)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
@@ -520,14 +522,23 @@ def main(argv=None) -> int:
     keep = bool(args.workdir)
     workdir = Path(args.workdir) if keep else Path(tempfile.mkdtemp(prefix="edgecap-pipeline-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    rows = []
+    settings = {k: v for k, v in vars(args).items() if k not in ("child", "replot", "lock", "resume", "workdir")}
+    report = {"host": host_info(), "settings": settings, "beam": BEAM, "frame": list(FRAME_SHAPE), "rows": []}
+    done = previous_rows(out / "pipeline.json", settings) if args.resume else {}
     todo = configs(args)
     groups: dict[tuple[str, str], list[Config]] = {}
     for cfg in todo:
         groups.setdefault((cfg.frontend, cfg.captioner), []).append(cfg)
+    rows = report["rows"]
     try:
         with tqdm(total=len(todo), desc="pipeline", unit="config", file=sys.stderr) as bar:
             for (frontend, captioner), group in groups.items():
+                kept = [done[c.key] for c in group if c.key in done]
+                rows += kept
+                bar.update(len(kept))
+                group = [c for c in group if c.key not in done]
+                if not group:
+                    continue
                 bar.set_postfix_str(f"export {frontend}/{captioner}")
                 prepared = run_prepare(frontend, captioner, group, args, workdir)
                 with exclusive(args.lock):  # one wait per group, not per row, on a shared machine
@@ -537,19 +548,33 @@ def main(argv=None) -> int:
                         bar.update()
                 if not keep:
                     remove_group(prepared, workdir)
+                report["complete"] = False
+                write_json(out / "pipeline.json", report)  # an interrupted sweep keeps what it measured
     finally:
         if not keep:
             import shutil
 
             shutil.rmtree(workdir, ignore_errors=True)
-    settings = {k: v for k, v in vars(args).items() if k not in ("child", "replot", "lock")}
-    report = {"host": host_info(), "settings": settings, "beam": BEAM, "frame": list(FRAME_SHAPE), "rows": rows}
+    report["complete"] = True
     write_outputs(report, out)
     print_table([r for r in rows if r["status"] == "ok"], COLUMNS[:4] + COLUMNS[9:12] + [COLUMNS[12], COLUMNS[16]])
     for r in rows:
         if r["status"] != "ok":
             print(f"{r['status']}: {Config(r['frontend'], r['captioner'], r['backend'], r['batch']).key}: {r['reason']}")
     return 0
+
+
+def previous_rows(path: Path, settings: dict) -> dict:
+    """Rows of an earlier run with the same measurement settings, by configuration key."""
+    if not path.is_file():
+        return {}
+    old = json.loads(path.read_text())
+    same = ("frames", "warmup", "threads", "image_size", "quick")
+    if any(old.get("settings", {}).get(k) != settings.get(k) for k in same):
+        raise SystemExit(f"--resume: {path} was measured with other settings "
+                         f"({ {k: old.get('settings', {}).get(k) for k in same} })")
+    return {Config(r["frontend"], r["captioner"], r["backend"], r["batch"]).key: r for r in old["rows"]
+            if r["status"] in ("ok", "skipped")}
 
 
 if __name__ == "__main__":
