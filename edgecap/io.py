@@ -78,14 +78,18 @@ SYNTHETIC_WORLD = DirKind("synthetic world", "synth.json", "generator", "edgecap
 KINDS = (BUNDLE, RETRIEVAL_INDEX, SYNTHETIC_WORLD)
 
 
-def _files_listing(directory: Path, limit: int = 4) -> str:
-    """'3 files: a.txt, sub/b.csv, c' — what deleting `directory` would lose."""
-    files = []
+def _files_listing(directory: Path, limit: int = 4, most: int = 10_000) -> str:
+    """'3 files: a.txt, sub/b.csv, c' — what deleting `directory` would lose (counted up to
+    `most`: `--out ~` must not walk a whole home directory to say no)."""
+    files: list[str] = []
     for root, dirs, names in os.walk(directory):
         dirs.sort()
         files += [os.path.relpath(os.path.join(root, n), directory) for n in sorted(names)]
-    shown = ", ".join(files[:limit]) + (f", ... ({len(files) - limit} more)" if len(files) > limit else "")
-    return f"{len(files)} file{'s' * (len(files) != 1)}: {shown}" if files else "its empty subdirectories"
+        if len(files) > most:
+            break
+    count = f"more than {most}" if len(files) > most else str(len(files))
+    shown = ", ".join(files[:limit]) + (", ..." if len(files) > limit else "")
+    return f"{count} file{'s' * (len(files) != 1)}: {shown}" if files else "its empty subdirectories"
 
 
 def check_replaceable(path: str | os.PathLike, kind: DirKind, force: bool, flag: str = "--out") -> None:
@@ -98,8 +102,11 @@ def check_replaceable(path: str | os.PathLike, kind: DirKind, force: bool, flag:
         return
     if not path.is_dir():
         raise EdgecapError(f"{flag} {path} exists and is not a directory")
-    if not any(path.iterdir()):
-        return
+    try:
+        if not any(path.iterdir()):
+            return
+    except OSError as exc:
+        raise EdgecapError(f"{flag} {path} exists and cannot be read ({exc.strerror}); choose another {flag}") from None
     if not kind.owns(path):
         other = next((k for k in KINDS if k is not kind and k.owns(path)), None)
         what = (f"an edgecap {other.what}, not a {kind.what}" if other else

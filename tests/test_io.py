@@ -141,8 +141,11 @@ def test_replaceable_rules(tmp_path):
     many.mkdir()
     for i in range(7):
         (many / f"f{i}.txt").write_text("x")
-    with pytest.raises(EdgecapError, match=r"would delete 7 files: f0.txt, f1.txt, f2.txt, f3.txt, \.\.\. \(3 more\)"):
+    with pytest.raises(EdgecapError, match=r"would delete 7 files: f0.txt, f1.txt, f2.txt, f3.txt, \.\.\.;"):
         check_replaceable(many, BUNDLE, force=True)
+    from edgecap.io import _files_listing
+
+    assert _files_listing(many, most=5) == "more than 5 files: f0.txt, f1.txt, f2.txt, f3.txt, ..."
     (tmp_path / "file").write_text("x")
     with pytest.raises(EdgecapError, match="exists and is not a directory"):
         check_replaceable(tmp_path / "file", BUNDLE, force=True)
@@ -173,20 +176,26 @@ def _wait_for_work_dir(parent: Path, proc: subprocess.Popen, timeout: float = 12
         time.sleep(0.05)
 
 
-def _sigterm_midway(argv: list, parent: Path) -> tuple[int, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "edgecap.cli", *map(str, argv)], cwd=REPO,
+def _signal_midway(argv: list, parent: Path, sig=signal.SIGTERM, wrapper=()) -> tuple[int | None, str]:
+    """Run `edgecap ARGV`, send `sig` once it writes into `parent`; -> (exit code, stderr), or
+    (None, "") when it is still running half a second later (the signal was ignored)."""
+    proc = subprocess.Popen([*wrapper, sys.executable, "-m", "edgecap.cli", *map(str, argv)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_work_dir(parent, proc)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
+        proc.send_signal(sig)
+        try:
+            _, err = proc.communicate(timeout=0.5 if wrapper else 120)
+        except subprocess.TimeoutExpired:
+            return None, ""
     finally:
         proc.kill()
+        proc.wait()
     return proc.returncode, err
 
 
 def test_sigterm_during_data_synth_leaves_nothing(tmp_path):
-    code, err = _sigterm_midway(["data", "synth", "--out", tmp_path / "synsig", "--images", 5000, "--size", 64,
+    code, err = _signal_midway(["data", "synth", "--out", tmp_path / "synsig", "--images", 5000, "--size", 64,
                                  "--quiet"], tmp_path)
     assert code == 128 + signal.SIGTERM, err
     assert err.strip().splitlines()[-1] == "edgecap data: terminated (SIGTERM)"
@@ -197,7 +206,7 @@ def test_sigterm_during_export_leaves_nothing(tmp_path):
     from tests._export_util import save_tiny
 
     ckpt = save_tiny(tmp_path / "ckpt" / "smart.pt", "smart")
-    code, err = _sigterm_midway(["export", ckpt, "--engine", "onnx", "--out", tmp_path / "out" / "bundle",
+    code, err = _signal_midway(["export", ckpt, "--engine", "onnx", "--out", tmp_path / "out" / "bundle",
                                  "--samples", 64, "--quiet"], tmp_path / "out")
     assert code == 128 + signal.SIGTERM, err
     assert list((tmp_path / "out").iterdir()) == []
@@ -222,26 +231,11 @@ def test_a_missing_input_read_while_writing_is_not_called_a_write_error(tmp_path
 
 def test_sighup_and_ignored_signals(tmp_path):
     """SIGHUP (a closed terminal) cleans up like SIGTERM; under nohup it is left ignored."""
-    argv = [sys.executable, "-m", "edgecap.cli", "data", "synth", "--out", str(tmp_path / "w"), "--images", "5000",
-            "--size", "64", "--quiet"]
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for_work_dir(tmp_path, proc)
-        proc.send_signal(signal.SIGHUP)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 128 + signal.SIGHUP and "terminated (SIGHUP)" in err
+    argv = ["data", "synth", "--out", tmp_path / "w", "--images", 5000, "--size", 64, "--quiet"]
+    code, err = _signal_midway(argv, tmp_path, signal.SIGHUP)
+    assert code == 128 + signal.SIGHUP and "terminated (SIGHUP)" in err
     assert list(tmp_path.iterdir()) == []
-    proc = subprocess.Popen(["nohup", *argv], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for_work_dir(tmp_path, proc)
-        proc.send_signal(signal.SIGHUP)
-        time.sleep(0.5)
-        assert proc.poll() is None  # nohup's SIG_IGN is respected
-    finally:
-        proc.kill()
-        proc.wait()
+    assert _signal_midway(argv, tmp_path, signal.SIGHUP, wrapper=["nohup"]) == (None, "")  # nohup's SIG_IGN holds
 
 
 def test_a_signal_inside_a_deferred_section_arrives_after_it(tmp_path):
