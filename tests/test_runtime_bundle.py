@@ -337,3 +337,9 @@ def test_save_video_writes_the_container_its_suffix_names(tiny, synth, tmp_path,
     assert f"video: {video}" in stdout
     assert int(cv2.VideoCapture(str(video)).get(cv2.CAP_PROP_FRAME_COUNT)) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["captions.mkv"]
+
+
+def test_run_given_a_checkpoint_says_to_export_it(tiny, run_cli):
+    code, _, stderr = run_cli("run", tiny[0], "--source", "synth://tabletop", "--frames", "1")
+    assert code == 1 and stderr.count("\n") == 1
+    assert f"{tiny[0]} is a checkpoint, not a bundle: export it first (edgecap export {tiny[0]} --target" in stderr

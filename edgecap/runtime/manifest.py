@@ -390,6 +390,9 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 def read_manifest(bundle_dir: str | os.PathLike) -> Manifest:
     root = Path(bundle_dir)
+    if root.is_file() and root.suffix in (".pt", ".pth"):
+        raise ManifestError(f"{root} is a checkpoint, not a bundle: export it first "
+                            f"(edgecap export {root} --target cpu-ort-fp32 --out BUNDLE_DIR)")
     if not root.is_dir():
         raise ManifestError(f"bundle {root} is not a directory")
     path = root / MANIFEST_NAME
