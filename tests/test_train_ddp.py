@@ -9,12 +9,12 @@ import pytest
 from _train_tiny import tiny_config
 from conftest import REPO
 
-from edgecap.train.loop import _to_toml
+from edgecap.train.config import to_toml
 
 
 def run_ddp(tmp_path, cfg):
     config = tmp_path / "ddp.toml"
-    config.write_text(_to_toml(cfg.to_dict()))
+    config.write_text(to_toml(cfg.to_dict()))
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

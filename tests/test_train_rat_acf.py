@@ -10,7 +10,8 @@ import torch
 from _train_tiny import TINY_MODEL, tiny_config
 
 from edgecap.errors import EdgecapError
-from edgecap.train.loop import Trainer, _to_toml
+from edgecap.train.config import to_toml
+from edgecap.train.loop import Trainer
 
 TINY_RAT = {**copy.deepcopy(TINY_MODEL), "preset": "rat", "retrieval": {"k": 3, "length": 8}}
 TINY_RAT.pop("memory")
@@ -68,7 +69,7 @@ def test_rat_trains_from_the_cli_with_its_index_and_exports_a_bundle_that_captio
 
     torch.set_num_threads(1)
     config = tmp_path / "rat.toml"
-    config.write_text(_to_toml(tiny_config(world, model=TINY_RAT, scst=SCST, **RAT_XE).to_dict()))
+    config.write_text(to_toml(tiny_config(world, model=TINY_RAT, scst=SCST, **RAT_XE).to_dict()))
     run = tmp_path / "run"
     code, out, err = run_cli("train", "--config", config, "--out", run, "--quiet")
     assert code == 0, err
@@ -240,7 +241,7 @@ def test_rat_two_process_gloo_run(world, tmp_path):
     cfg = tiny_config(world, model=TINY_RAT, schedule={"epochs": 1, "warmup": 5},
                       scst={"epochs": 1, "beam_size": 2, "lr": 1e-4}, data={"val_batch_size": 4})
     config = tmp_path / "ddp.toml"
-    config.write_text(_to_toml(cfg.to_dict()))
+    config.write_text(to_toml(cfg.to_dict()))
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

@@ -90,10 +90,10 @@ def test_a_killed_run_resumes_from_its_last_save_without_duplicate_log_lines(wor
 
 
 def test_cli_stop_and_resume(world, tmp_path, run_cli):
-    from edgecap.train.loop import _to_toml
+    from edgecap.train.config import to_toml
 
     config = tmp_path / "tiny.toml"
-    config.write_text(_to_toml(tiny_config(world, schedule={"epochs": 1}).to_dict()))
+    config.write_text(to_toml(tiny_config(world, schedule={"epochs": 1}).to_dict()))
     out = tmp_path / "run"
     code, stdout, _ = run_cli("train", "--config", config, "--out", out, "--max-steps", 3, "--quiet")
     assert code == 0 and "stopped at step 3" in stdout
@@ -103,3 +103,39 @@ def test_cli_stop_and_resume(world, tmp_path, run_cli):
     assert code == 0 and "finished at step 9" in stdout
     code, _, stderr = run_cli("train", "--config", tmp_path / "missing.toml")
     assert code == 1 and "missing.toml does not exist" in stderr
+
+
+def test_a_stop_before_any_validation_leaves_a_validated_best_pt_without_changing_the_run(world, tmp_path):
+    from edgecap.models.checkpoint import load_checkpoint
+
+    cfg = tiny_config(world, schedule={"epochs": 2, "warmup": 5}, data={"augment": "shift"})
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    Trainer(cfg, out=straight, progress=False).run()
+    first = Trainer(cfg, out=split, max_steps=4, progress=False).run()  # mid epoch 1 (9 steps)
+    best = first["best_checkpoint"]
+    assert best["path"] == str(split / "best.pt") and best["step"] == 4 and best["validated_at_stop"]
+    ck = load_checkpoint(split / "best.pt")  # what the README's next step (export) loads
+    assert ck.meta["step"] == 4 and ck.meta["validated_at_stop"] and ck.meta["val_cider_d"] == best["val_cider_d"]
+    assert torch.equal(weights(split, "best.pt")["fc.weight"], weights(split)["fc.weight"])
+    Trainer(cfg, out=split, resume=True, progress=False).run()
+    # the extra validation drew no randomness and moved no best: the runs end identical
+    assert losses(split) == losses(straight)
+    for name in ("last.pt", "best.pt", "best_xe.pt"):
+        a, b = weights(straight, name), weights(split, name)
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+    assert not load_checkpoint(split / "best.pt").meta.get("validated_at_stop")
+
+
+def test_cli_names_the_checkpoint_to_use_after_a_stop(world, tmp_path, run_cli):
+    from edgecap.train.config import to_toml
+
+    config = tmp_path / "tiny.toml"
+    config.write_text(to_toml(tiny_config(world, schedule={"epochs": 1}).to_dict()))
+    out = tmp_path / "run"
+    code, stdout, err = run_cli("train", "--config", config, "--out", out, "--max-steps", 2, "--quiet")
+    assert code == 0, err
+    assert f"checkpoint: {out / 'best.pt'} (step 2, xe, validation CIDEr-D" in stdout
+    assert "validated when --max-steps stopped the run" in stdout
+    assert f"next: edgecap export {out / 'best.pt'}" in stdout and "--resume" in stdout
+    code, stdout, err = run_cli("export", out / "best.pt", "--engine", "onnx", "--samples", 1, "--quiet")
+    assert code == 0, err

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -388,7 +389,11 @@ def _validate_retrieval(cfg: TrainConfig, model_cfg, where: str) -> None:
         )
 
 
-def load_config(path: str | os.PathLike) -> TrainConfig:
+def load_config(path: str | os.PathLike, overrides: tuple[str, ...] | list[str] = (),
+                data_dir: str | os.PathLike | None = None) -> TrainConfig:
+    """Read a TOML config; `data_dir` (--data) and `overrides` (--set key=value, applied after
+    it) change it first (edgecap.train.overrides). A changed config's `text` is the TOML of
+    the result, which the run directory keeps."""
     path = Path(path)
     if not path.is_file():
         raise EdgecapError(f"config {path} does not exist")
@@ -399,4 +404,43 @@ def load_config(path: str | os.PathLike) -> TrainConfig:
         raise EdgecapError(f"config {path}: not a text file ({exc.reason} at byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise EdgecapError(f"config {path}: not valid TOML ({exc})") from exc
-    return parse_config(data, source=str(path), text=text)
+    if not overrides and data_dir is None:
+        return parse_config(data, source=str(path), text=text)
+    from edgecap.train.overrides import apply_data_dir, apply_set
+
+    changes = []
+    if data_dir is not None:
+        apply_data_dir(data, data_dir)
+        changes.append(f"--data {data_dir}")
+    for assignment in overrides:
+        apply_set(data, assignment)
+        changes.append(f"--set {assignment}")
+    try:
+        cfg = parse_config(data, source=str(path))
+    except EdgecapError as exc:
+        raise EdgecapError(f"{exc} (after {' '.join(changes)})") from None
+    cfg.text = f"# {path} with {' '.join(changes)}\n" + to_toml(cfg.to_dict())
+    return cfg
+
+
+def to_toml(data: dict) -> str:
+    """A minimal TOML writer for configs built in code (tables of scalars, lists, sub-tables)."""
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items() if x is not None) + " }"
+        raise TypeError(type(v))
+
+    lines = []
+    for section, table in data.items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {value(v)}" for k, v in table.items() if v is not None]
+        lines.append("")
+    return "\n".join(lines)

@@ -52,7 +52,7 @@ from edgecap.errors import EdgecapError, require
 from edgecap.io import atomic_path, write_json_atomic, write_text_atomic
 from edgecap.models.checkpoint import read_payload, save_checkpoint
 from edgecap.models.factory import build_from_config
-from edgecap.train.config import TrainConfig, load_config, parse_config
+from edgecap.train.config import TrainConfig, load_config, parse_config, to_toml
 from edgecap.train.retrieval import (
     TrainingRetrieval,
     freeze_visual,
@@ -268,7 +268,8 @@ class Trainer:
                 diff = _first_difference(old.to_dict(), self.cfg.to_dict(), ignore={"run.out", "run.device", "run.threads"})
                 if diff:
                     raise EdgecapError(
-                        f"--resume: the config differs from the run's {stored} at {diff}; resume with that config"
+                        f"--resume: the config differs from the run's {stored} at {diff}; resume with --config {stored} "
+                        f"(it includes any --set / --data changes the run started with)"
                     )
         elif last.is_file():
             raise EdgecapError(
@@ -304,7 +305,7 @@ class Trainer:
         if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             if not self.resume:
-                write_text_atomic(self.out / "config.toml", cfg.text or _to_toml(cfg.to_dict()))
+                write_text_atomic(self.out / "config.toml", cfg.text or to_toml(cfg.to_dict()))
         _barrier()
         karpathy, images, features = prepare_data(cfg, self.out, self.progress and self.is_main)
         self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val"))
@@ -477,9 +478,26 @@ class Trainer:
         self.metrics.truncate_after(self.state.step)
         set_rng_state(saved["rng"][self.rank])
 
-    def _save_model(self, name: str, val: float) -> None:
+    def _save_model(self, name: str, val: float, at_stop: bool = False) -> None:
         if self.is_main:
-            save_checkpoint(self.out / name, self.model, self.vocab, self._meta(val))
+            meta = self._meta(val)
+            if at_stop:
+                meta["validated_at_stop"] = True
+            save_checkpoint(self.out / name, self.model, self.vocab, meta)
+
+    def _checkpoint_at_stop(self) -> None:
+        """A --max-steps stop before any validation: validate now and write best.pt, so the run
+        always leaves a loadable, validated checkpoint for the next step (export, caption).
+
+        The run's bests are left alone (the next epoch end replaces this best.pt whatever it
+        scores), so a resumed run saves exactly what an uninterrupted one would."""
+        s = self.state
+        if s.best >= 0 or not self.is_main:
+            return
+        score, captions = self.validate()
+        self.metrics.write({"kind": "val", "phase": s.phase, "step": s.step, "epoch": s.epoch, "at_stop": True,
+                            "cider_d": score, "samples": captions[: self.cfg.run.val_samples]})
+        self._save_model("best.pt", score, at_stop=True)
 
     # -- phases ----------------------------------------------------------------------------
 
@@ -681,6 +699,7 @@ class Trainer:
                     self.bar.set_postfix(post, refresh=False)
                     self.bar.update(1)
                     if self.max_steps is not None and s.step >= self.max_steps:
+                        self._checkpoint_at_stop()
                         self.save_last()
                         if self.is_main and self.progress:
                             self.bar.write(f"stopped at step {s.step} (--max-steps); continue with --resume")
@@ -695,7 +714,8 @@ class Trainer:
 
     def summary(self, stopped: bool) -> dict:
         s = self.state
-        vals = [r for r in self.metrics.records() if r.get("kind") == "val"] if self.is_main else []
+        vals = [r for r in self.metrics.records() if r.get("kind") == "val" and not r.get("at_stop")] \
+            if self.is_main else []
         xe = [r["cider_d"] for r in vals if r["phase"] == "xe"]
         scst = [r["cider_d"] for r in vals if r["phase"] == "scst"]
         return {"out": str(self.out), "step": s.step, "phase": s.phase, "stopped": stopped, "done": s.done,
@@ -704,7 +724,17 @@ class Trainer:
                 "best_xe_val_cider_d": max(xe) if xe else None,
                 "best_scst_val_cider_d": max(scst) if scst else None,
                 "last_val_cider_d": vals[-1]["cider_d"] if vals else None,
-                "model": self.model_cfg.name, "parameters": self.model.num_parameters(), "world_size": self.world}
+                "model": self.model_cfg.name, "parameters": self.model.num_parameters(), "world_size": self.world,
+                "best_checkpoint": self._best_checkpoint() if self.is_main else None}
+
+    def _best_checkpoint(self) -> dict | None:
+        """What best.pt holds: step, phase, validation CIDEr-D, whether it was validated at a stop."""
+        path = self.out / "best.pt"
+        if not path.is_file():
+            return None
+        meta = read_payload(path).get("meta", {})
+        return {"path": str(path), "step": meta.get("step"), "phase": meta.get("phase"),
+                "val_cider_d": meta.get("val_cider_d"), "validated_at_stop": bool(meta.get("validated_at_stop"))}
 
 
 # -- config helpers ------------------------------------------------------------------------
@@ -713,29 +743,6 @@ def _toml(path: Path) -> dict:
     from edgecap.train.config import tomllib
 
     return tomllib.loads(path.read_text(encoding="utf-8"))
-
-
-def _to_toml(data: dict) -> str:
-    """A minimal TOML writer for configs built in code (tables of scalars, lists, sub-tables)."""
-    def value(v):
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        if isinstance(v, str):
-            return json.dumps(v)
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items() if x is not None) + " }"
-        raise TypeError(type(v))
-
-    lines = []
-    for section, table in data.items():
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {value(v)}" for k, v in table.items() if v is not None]
-        lines.append("")
-    return "\n".join(lines)
 
 
 def _first_difference(a, b, prefix: str = "", ignore=frozenset()) -> str | None:

@@ -1,0 +1,185 @@
+"""Command-line changes to a training config: `--set section.key=value` and `--data DIR`.
+
+    edgecap train --config configs/demo-tabletop.toml --set schedule.epochs=2 --set data.batch_size=32
+    edgecap train --config configs/demo-tabletop.toml --data data/my-tabletop --set model.memory.slots=8
+
+Keys are dotted paths of the config schema (`model.*` are CaptionerConfig fields, nested ones
+such as `model.visual.image_size` included; `prototypes.*` the PrototypeMemory options). Each
+value is read as the type of the field it sets: integers, numbers, true / false, strings as
+written (quotes optional), lists as `[a, b]` or `a,b`. An unknown key or a value of the wrong
+type is a one-line error naming the --set it came from. The changed config is what the run
+directory's config.toml records, so `--resume` compares against it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+from typing import Any
+
+from edgecap.errors import EdgecapError, did_you_mean
+
+UNTYPED = object()  # a field whose default does not tell its type (e.g. None)
+
+
+def _section_classes() -> dict[str, type]:
+    from edgecap.train.config import (
+        DataSection,
+        OptimSection,
+        RetrievalSection,
+        RunSection,
+        ScheduleSection,
+        SCSTSection,
+    )
+
+    return {"data": DataSection, "optim": OptimSection, "schedule": ScheduleSection, "scst": SCSTSection,
+            "retrieval": RetrievalSection, "run": RunSection}
+
+
+def _prototype_defaults() -> dict[str, Any]:
+    from edgecap.train.prototypes import PrototypeMemory
+
+    params = inspect.signature(PrototypeMemory.__init__).parameters
+    return {n: (p.default if p.default is not None else UNTYPED) for n, p in params.items() if n not in ("self", "model")}
+
+
+def _fields(node) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        out[f.name] = value if value is not None else UNTYPED
+    return out
+
+
+def schema_default(key: str, where: str):
+    """The default of the config field `key` names (its type checks the new value)."""
+    from edgecap.models.config import CaptionerConfig
+    from edgecap.train.config import SECTIONS, SynthSection
+
+    parts = key.split(".")
+    if len(parts) < 2 or not all(parts):
+        raise EdgecapError(f"{where}: expected section.key=value, e.g. schedule.epochs=3")
+    section = parts[0]
+    if section not in SECTIONS:
+        raise EdgecapError(f"{where}: unknown section {section!r}{did_you_mean(section, SECTIONS)}; "
+                           f"sections: {', '.join(SECTIONS)}")
+    if section == "model" and parts[1] == "preset" and len(parts) == 2:
+        return ""
+    if section == "prototypes":
+        table: dict[str, Any] = _prototype_defaults()
+    elif section == "model":
+        table = _fields(CaptionerConfig())
+        table.pop("vocab_size")  # set from the training vocabulary
+    else:
+        table = _fields(_section_classes()[section]())
+        if section == "data":
+            table["synth"] = SynthSection()
+    path = section
+    for i, part in enumerate(parts[1:], start=1):
+        if part not in table:
+            raise EdgecapError(f"{where}: {path} has no key {part!r}{did_you_mean(part, table)}; "
+                               f"keys: {', '.join(table)}")
+        value = table[part]
+        path = f"{path}.{part}"
+        if dataclasses.is_dataclass(value):
+            if i == len(parts) - 1:
+                first = next(iter(_fields(value)))
+                raise EdgecapError(f"{where}: {path} is a table; set one of its keys, e.g. {path}.{first}=...")
+            table = _fields(value)
+            continue
+        if i != len(parts) - 1:
+            raise EdgecapError(f"{where}: {path} is a value, not a table")
+        return value
+    raise AssertionError("unreachable")
+
+
+def _literal(raw: str):
+    """A TOML value (number, bool, list, quoted string); anything else is the text itself."""
+    from edgecap.train.config import tomllib
+
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def coerce(raw: str, default, where: str):
+    """`raw` read as the type of `default`."""
+    text = raw.strip()
+    if isinstance(default, bool):
+        if text.lower() not in ("true", "false"):
+            raise EdgecapError(f"{where}: expected true or false")
+        return text.lower() == "true"
+    if isinstance(default, int):
+        try:
+            return int(text)
+        except ValueError:
+            raise EdgecapError(f"{where}: expected an integer") from None
+    if isinstance(default, float):
+        try:
+            return float(text)
+        except ValueError:
+            raise EdgecapError(f"{where}: expected a number") from None
+    if isinstance(default, str):
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+            return _literal(text) if text[0] == '"' else text[1:-1]
+        return raw
+    if isinstance(default, tuple):
+        items = _literal(text) if text.startswith("[") else [t for t in text.split(",") if t.strip()]
+        if not isinstance(items, list):
+            raise EdgecapError(f"{where}: expected a list, e.g. [1, 2]")
+        element = default[0] if default else UNTYPED
+        return [coerce(str(v).lower() if isinstance(v, bool) else str(v), element, where) for v in items]
+    return _literal(text)
+
+
+def apply_set(data: dict, assignment: str) -> str:
+    """Apply one `key=value` to the raw config tables; returns the key."""
+    where = f"--set {assignment}"
+    if "=" not in assignment:
+        raise EdgecapError(f"{where}: expected section.key=value, e.g. schedule.epochs=3")
+    key, raw = (part.strip() for part in assignment.split("=", 1))
+    value = coerce(raw, schema_default(key, where), where)
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[parts[-1]] = value
+    return key
+
+
+def apply_data_dir(data: dict, folder: str | Path) -> None:
+    """Point the config's [data] at a dataset folder: dataset_coco.json plus images/ (the
+    `edgecap data synth` layout) or the image root itself, or features.h5 for a model that
+    reads precomputed features. Replaces any [data.synth] world."""
+    from edgecap.models import preset_config
+
+    folder = Path(folder)
+    karpathy = folder / "dataset_coco.json"
+    if not folder.is_dir():
+        raise EdgecapError(f"--data {folder}: not a directory")
+    if not karpathy.is_file():
+        raise EdgecapError(f"--data {folder}: no dataset_coco.json (expected a Karpathy split JSON beside "
+                           "images/, as `edgecap data synth` writes)")
+    model = dict(data.get("model") or {})
+    preset = model.pop("preset", None)
+    if not isinstance(preset, str):
+        raise EdgecapError("--data: the config's [model] needs preset = \"<name>\"")
+    model.pop("vocab_size", None)
+    reads_features = preset_config(preset, **model).visual.kind == "features"
+    section = data.setdefault("data", {})
+    for key in ("synth", "images", "features"):
+        section.pop(key, None)
+    section["karpathy"] = str(karpathy)
+    if reads_features:
+        features = folder / "features.h5"
+        if not features.is_file():
+            raise EdgecapError(f"--data {folder}: the model reads precomputed features but there is no "
+                               f"{features} (edgecap features extract ... --out {features})")
+        section["features"] = str(features)
+    else:
+        section["images"] = str(folder / "images" if (folder / "images").is_dir() else folder)
