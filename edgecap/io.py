@@ -442,3 +442,23 @@ def _in_main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def stderr_lines():
+    """Send whatever is written to file descriptor 2 (by child processes, C libraries such as
+    FFmpeg or OpenCV) to a temporary file for the duration; the yielded list receives its lines
+    on exit. For messages a library prints where we report the outcome ourselves. Anything
+    another thread writes to stderr meanwhile is captured too, so keep the window short."""
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines += sink.read().decode("utf-8", errors="replace").splitlines()

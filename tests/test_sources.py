@@ -128,6 +128,27 @@ def test_unopenable_video_and_camera_are_open_errors(tmp_path):
         open_source(str(tmp_path / "empty"))
 
 
+def test_a_source_that_will_not_open_prints_only_our_one_line(tmp_path, capfd, monkeypatch):
+    """OpenCV's [ WARN ] lines and FFmpeg's own messages went to the console before our error;
+    now FFmpeg's reason is quoted in it and nothing else is printed."""
+    import os
+
+    monkeypatch.delenv("OPENCV_LOG_LEVEL", raising=False)
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"garbage, not a video")
+    capfd.readouterr()
+    with pytest.raises(SourceOpenError) as info:
+        open_source(str(junk))
+    assert "moov atom not found" in str(info.value)  # FFmpeg's reason, quoted
+    camera = next(i for i in range(40, 100) if not os.path.exists(f"/dev/video{i}"))
+    with pytest.raises(SourceOpenError) as info:
+        open_source(str(camera))
+    assert f"cannot open camera 'camera {camera}'" in str(info.value)
+    assert f"there is no /dev/video{camera}" in str(info.value)
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
 class _FailingCapture:
     """cv2.VideoCapture stand-in: a real capture whose grab() fails once at one frame, and
     whose retrieve() fails at another."""

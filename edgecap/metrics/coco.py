@@ -12,13 +12,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shutil
-import sys
-import tempfile
 from pathlib import Path
 
 from edgecap.errors import EdgecapError, require
+from edgecap.io import stderr_lines
 
 BLEU = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4")
 
@@ -90,28 +88,6 @@ def _check_java() -> None:
         raise EdgecapError("java not found: the PTB tokenizer and METEOR/SPICE need a Java runtime")
 
 
-@contextlib.contextmanager
-def _child_stderr():
-    """Send what child processes write to stderr to a temporary file for the duration; the
-    yielded list gets its lines on exit.
-
-    pycocoevalcap starts the PTB tokenizer's JVM with the parent's stderr, and it reports
-    "PTBTokenizer tokenized N tokens at ..." there on every call; kept, it is checked for a
-    Java failure instead of being printed over the results."""
-    lines: list[str] = []
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            lines += sink.read().decode("utf-8", errors="replace").splitlines()
-
-
 def tokenize(texts: dict[str, list[str]]) -> dict[str, list[str]]:
     """PTB-tokenise {key: [sentences]} (lower-cased, punctuation dropped)."""
     ptb = require("pycocoevalcap.tokenizer.ptbtokenizer", "eval", "COCO caption metrics")
@@ -119,7 +95,9 @@ def tokenize(texts: dict[str, list[str]]) -> dict[str, list[str]]:
     # The tokenizer preserves one output line per input line; a caption with a newline would
     # shift every later one, so flatten them first.
     flat = {k: [{"caption": " ".join(s.split())} for s in v] for k, v in texts.items()}
-    with _child_stderr() as java_stderr:
+    # the JVM inherits our stderr and reports "PTBTokenizer tokenized N tokens at ..." on every
+    # call: keep that off the console, and read it for a Java failure instead
+    with stderr_lines() as java_stderr:
         out = ptb.PTBTokenizer().tokenize(flat)
     failure = [line for line in java_stderr if "Exception" in line or "Error" in line]
     if failure:

@@ -14,6 +14,8 @@ Nothing here ever returns a frame it did not read (no black or repeated frames o
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from edgecap.errors import EdgecapError
+from edgecap.io import stderr_lines
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 STREAM_SCHEMES = ("rtsp", "rtsps", "rtmp", "http", "https", "udp", "tcp")
@@ -145,10 +148,17 @@ class CaptureSource(Source):
     def open(self) -> None:
         import cv2
 
-        cap = self._capture()
-        if not cap.isOpened():
+        with opencv_quiet() as said:
+            cap = self._capture()
+            opened = cap.isOpened()
+        if not opened:
             cap.release()
-            raise SourceOpenError(f"cannot open {self.kind} {self.name!r} with OpenCV")
+            reason = _library_reason(said)
+            if self.kind == "camera" and not reason and os.path.isdir("/dev") \
+                    and not os.path.exists(f"/dev/video{self.target}"):
+                reason = f"there is no /dev/video{self.target}"
+            raise SourceOpenError(f"cannot open {self.kind} {self.name!r} with OpenCV"
+                                  + (f" ({reason})" if reason else ""))
         if self.kind == "video":
             count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
             self.frame_count = count if count > 0 else None
@@ -181,6 +191,42 @@ class CaptureSource(Source):
         if self.cap is not None:
             self.cap.release()
             self.cap = None
+
+
+@contextlib.contextmanager
+def opencv_quiet():
+    """OpenCV's own WARN / ERROR lines and FFmpeg's messages while a capture opens, kept off the
+    console: the failure is reported once, as our one-line error, which quotes FFmpeg's reason.
+    Yields the captured lines (fd-level capture only on the main thread, where it cannot swallow
+    the capture thread's reports). OPENCV_LOG_LEVEL set by the user leaves everything as is."""
+    import threading
+
+    import cv2
+
+    lines: list[str] = []
+    if os.environ.get("OPENCV_LOG_LEVEL"):
+        yield lines
+        return
+    logging = cv2.utils.logging
+    level = logging.getLogLevel()
+    logging.setLogLevel(logging.LOG_LEVEL_SILENT)
+    try:
+        if threading.current_thread() is threading.main_thread():
+            with stderr_lines() as lines:
+                yield lines
+        else:
+            yield lines
+    finally:
+        logging.setLogLevel(level)
+
+
+def _library_reason(lines: list[str]) -> str:
+    """The last FFmpeg message ("[mov,mp4 @ 0x..] moov atom not found" -> "moov atom not found")."""
+    for line in reversed(lines):
+        text = re.sub(r"^\[[^\]]*@ 0x[0-9a-f]+\]\s*", "", line.strip())
+        if text and not text.startswith("[ WARN") and not text.startswith("[ERROR"):
+            return text[:200]
+    return ""
 
 
 class FolderSource(Source):
