@@ -42,6 +42,10 @@ def test_demo_exports_once_and_writes_its_outputs(tiny_ckpt, tmp_path, run_cli, 
     assert (out / "demo.mp4").stat().st_size > 0
     assert json.loads((out / "captions.summary.json").read_text())["frames_captioned"] == 3
     assert "summary: 3 frames captioned" in stdout and str(out / "demo.mp4") in stdout
+    import cv2
+
+    stills = cv2.imread(str(out / "frames.png"))  # frames 0 and 2, annotated, side by side
+    assert stills is not None and stills.shape[1] == 2 * 512 and str(out / "frames.png") in stdout
     manifest = (out / "bundle" / "manifest.json").stat().st_mtime_ns
 
     # Same checkpoint: the cached bundle is reused.

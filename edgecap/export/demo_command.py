@@ -76,6 +76,39 @@ def ensure_bundle(checkpoint: Path, out: Path, beam: int, reexport: bool = False
     return bundle
 
 
+class Stills:
+    """Two annotated frames of the run, a quarter and three quarters in, side by side in one
+    PNG (the README's picture comes from here)."""
+
+    def __init__(self, frames: int):
+        self.picks = sorted({frames // 4, (3 * frames) // 4})
+        self.seen = 0
+        self.images = []
+
+    def keep(self, record) -> None:
+        from edgecap.runtime.overlay import annotate
+
+        if self.seen in self.picks:
+            self.images.append(annotate(record))
+        self.seen += 1
+
+    def write(self, path: Path) -> Path | None:
+        import cv2
+        import numpy as np
+
+        from edgecap.io import atomic_path
+
+        if not self.images:
+            return None
+        height = max(im.shape[0] for im in self.images)
+        row = np.hstack([cv2.copyMakeBorder(im, 0, height - im.shape[0], 0, 0, cv2.BORDER_CONSTANT, value=0)
+                         for im in self.images])
+        with atomic_path(path, suffix=".png") as tmp:
+            if not cv2.imwrite(str(tmp), row):
+                raise OSError(f"OpenCV could not write {path}")
+        return path
+
+
 def run(args) -> int:
     from edgecap.errors import EdgecapError
     from edgecap.runtime.captioner import Captioner
@@ -97,10 +130,13 @@ def run(args) -> int:
           f"(beam {captioner.beam}, {captioner.size}px input)", flush=True)
     settings = RunSettings(source=world, frames=args.frames, max_fps=args.max_fps,
                            jsonl=str(out / "captions.jsonl"), save_video=str(out / "demo.mp4"))
-    summary, error = execute(captioner, settings)
+    stills = Stills(args.frames)
+    summary, error = execute(captioner, settings, sinks=[stills.keep])
     if error:
         raise EdgecapError(error)
+    written = stills.write(out / "frames.png")
     print(f"\nwrote {out / 'captions.jsonl'} ({summary.captioned} records), "
-          f"{out / 'captions.summary.json'} and {out / 'demo.mp4'} (annotated video)")
+          f"{out / 'captions.summary.json'}, {out / 'demo.mp4'} (annotated video)"
+          + (f" and {written} (two annotated frames)" if written else ""))
     sys.stdout.flush()
     return 0

@@ -242,8 +242,10 @@ class _Signals:
             signal.signal(sig, handler)
 
 
-def execute(captioner, settings: RunSettings, stop: threading.Event | None = None, out=None):
-    """Run the loop with `settings`; returns (summary, error message or None)."""
+def execute(captioner, settings: RunSettings, stop: threading.Event | None = None, out=None,
+            sinks=()):
+    """Run the loop with `settings`; returns (summary, error message or None). `sinks` get every
+    record too, after the console, JSONL and video."""
     import contextlib
 
     from edgecap.errors import EdgecapError
@@ -276,7 +278,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     coverage = CoverageAnnotator(settings.coverage and knows_objects,
                                  log=lambda m: print(m, file=out, flush=True))
     summary = Summary(settings.source)
-    sinks = []
+    extra_sinks, sinks = list(sinks), []
     if not settings.quiet:
         sinks.append(lambda r: print(r.human(), file=out, flush=True))
     annotate_objects = None
@@ -332,6 +334,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
             fps = min(settings.max_fps or source.fps or 10.0, 30.0)
             sinks.append(closing.enter_context(contextlib.closing(
                 VideoSink(settings.save_video, fps=fps))).write)
+        sinks += extra_sinks
         with _Signals(stop):
             grabber.start()
             try:

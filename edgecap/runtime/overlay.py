@@ -3,15 +3,22 @@
 Boxes of known objects: green when the caption names the object's class outright (coverage's
 exact match: class name or synonym), yellow when coverage matched it to a similar noun (GloVe
 profit >= 0.5, shown), thin grey otherwise: weaker GloVe matches still count in the coverage
-score but are not called "mentioned" in the picture. Small frames (the synthetic world's
-128 px) are enlarged so the caption is readable; the caption goes in a band under the frame,
-so it hides nothing.
+score but are not called "mentioned" in the picture. A legend under the frame says so. Labels
+sit on a dark plate above their box, or inside it when the box touches the top edge, and are
+shifted left rather than run off the right edge.
+
+Small frames (the synthetic world's 96-128 px) are enlarged so the text is readable. Under the
+frame, a band holds the caption (shrunk to fit its lines, then cut with "..."), coverage at
+every area threshold, and frame id, latency, beam and the legend; it is exactly as tall as
+those lines. A video needs one frame size, so `--save-video` reserves two caption lines
+(`annotate(..., caption_lines=2)`), centring a shorter caption in them.
 """
 
 from __future__ import annotations
 
 import os
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +30,16 @@ from .records import Record
 from .sources import KnownObject
 
 GREEN, YELLOW, GREY, WHITE, BLACK = (60, 200, 60), (0, 210, 240), (150, 150, 150), (255, 255, 255), (0, 0, 0)
+PLATE = (30, 30, 30)  # label background
 MIN_WIDTH = 512
 MENTION_PROFIT = 0.5
-CAPTION_LINES = 3
+MAX_CAPTION_LINES = 3
+VIDEO_CAPTION_LINES = 2
+FONT = 0  # cv2.FONT_HERSHEY_SIMPLEX
+CAPTION_SCALES = (0.6, 0.52, 0.45)  # tried in turn until the caption fits its lines
+INFO_SCALE, LABEL_SCALE = 0.45, 0.45
+MARGIN, GAP = 8, 6
+LEGEND = (("named", GREEN), ("soft match", YELLOW), ("not named", GREY))
 
 
 def object_marks(record: Record) -> list[tuple[KnownObject, str, tuple[int, int, int], int]]:
@@ -43,40 +57,134 @@ def object_marks(record: Record) -> list[tuple[KnownObject, str, tuple[int, int,
     return marks
 
 
-def annotate(record: Record, min_width: int = MIN_WIDTH) -> np.ndarray:
-    """A copy of the record's frame, enlarged to at least `min_width`, with boxes and caption."""
+def _text_size(text: str, scale: float) -> tuple[int, int, int]:
+    """(width, height above the baseline, depth below it) in pixels."""
+    import cv2
+
+    (w, h), base = cv2.getTextSize(text, FONT, scale, 1)
+    return w, h, base
+
+
+def label_rect(box: tuple[int, int, int, int], text: str, width: int, height: int) -> tuple[int, int, int, int]:
+    """(left, top, right, bottom) of a box label's plate, always inside the width x height frame:
+    above the box when there is room, else just inside its top edge; moved left, never cut, at
+    the right edge."""
+    w, h, base = _text_size(text, LABEL_SCALE)
+    plate_w, plate_h = w + 6, h + base + 4
+    left = min(max(0, box[0]), max(0, width - plate_w))
+    top = box[1] - plate_h
+    if top < 0:
+        top = max(0, box[1]) + 1
+    top = min(top, max(0, height - plate_h))
+    return left, top, left + plate_w, top + plate_h
+
+
+def _draw_label(canvas: np.ndarray, box, text: str, color) -> None:
+    import cv2
+
+    left, top, right, bottom = label_rect(box, text, canvas.shape[1], canvas.shape[0])
+    cv2.rectangle(canvas, (left, top), (right - 1, bottom - 1), PLATE, cv2.FILLED)
+    _, h, _ = _text_size(text, LABEL_SCALE)
+    cv2.putText(canvas, text, (left + 3, top + 2 + h), FONT, LABEL_SCALE, color, 1, cv2.LINE_AA)
+
+
+def _fit_caption(text: str, width: int, lines: int) -> tuple[list[str], float]:
+    """The caption wrapped into at most `lines` lines of `width` pixels, at the largest scale
+    that holds it whole; at the smallest scale, what does not fit ends in "..."."""
+    for scale in CAPTION_SCALES:
+        per_char = _text_size("abcdefghij klmnopqrstuvwxyz", scale)[0] / 27
+        chars = max(10, int(width / per_char))
+        wrapped = textwrap.wrap(text, chars)
+        if len(wrapped) <= lines:
+            return wrapped or [""], scale
+    return textwrap.wrap(text, chars, max_lines=lines, placeholder=" ...") or [""], scale
+
+
+def coverage_text(coverage: dict[str, float | None] | None) -> str:
+    """'coverage  >1% 33%  >3% 50%  >5% 100%  >10% 100%' (every area threshold; '-' when no
+    object is that large)."""
+    if not coverage:
+        return ""
+    cells = [f"{k} {'-' if v is None else f'{100 * v:.0f}%'}" for k, v in coverage.items()]
+    return "coverage  " + "  ".join(cells)
+
+
+@dataclass
+class _Band:
+    caption: list[str]
+    caption_scale: float
+    caption_lines: int  # lines reserved for the caption
+    coverage: str
+    info: str
+    legend: bool
+
+    def height(self) -> int:
+        cap_h = _text_size("Ay", self.caption_scale)
+        info_h = _text_size("Ay", INFO_SCALE)
+        line, small = cap_h[1] + cap_h[2] + GAP, info_h[1] + info_h[2] + GAP
+        rows = line * self.caption_lines + small * (1 + bool(self.coverage))
+        return MARGIN + rows + MARGIN - GAP
+
+
+def _band(record: Record, width: int, caption_lines: int | None) -> _Band:
+    text = record.caption.text or "(empty caption)"
+    lines, scale = _fit_caption(text, width - 2 * MARGIN, caption_lines or MAX_CAPTION_LINES)
+    info = f"frame {record.frame.frame_id}  {record.capture_to_caption_ms:.0f} ms  beam {record.caption.beam}"
+    return _Band(lines, scale, caption_lines or len(lines), coverage_text(record.coverage), info,
+                 legend=record.frame.objects is not None)
+
+
+def _draw_band(canvas: np.ndarray, band: _Band, y0: int) -> None:
+    import cv2
+
+    width = canvas.shape[1]
+    asc, desc = _text_size("Ay", band.caption_scale)[1:]
+    line = asc + desc + GAP
+    y = y0 + MARGIN + (band.caption_lines - len(band.caption)) * line // 2
+    for text in band.caption:
+        cv2.putText(canvas, text, (MARGIN, y + asc), FONT, band.caption_scale, WHITE, 1, cv2.LINE_AA)
+        y += line
+    y = y0 + MARGIN + band.caption_lines * line
+    asc, desc = _text_size("Ay", INFO_SCALE)[1:]
+    if band.coverage:
+        cv2.putText(canvas, band.coverage, (MARGIN, y + asc), FONT, INFO_SCALE, WHITE, 1, cv2.LINE_AA)
+        y += asc + desc + GAP
+    cv2.putText(canvas, band.info, (MARGIN, y + asc), FONT, INFO_SCALE, GREY, 1, cv2.LINE_AA)
+    if band.legend:  # right-aligned: swatch, word, swatch, word, ...
+        parts = [(name, color, _text_size(name, INFO_SCALE)[0]) for name, color in LEGEND]
+        total = sum(asc + 4 + w + 12 for _, _, w in parts) - 12
+        x = max(MARGIN + _text_size(band.info, INFO_SCALE)[0] + 16, width - MARGIN - total)
+        for name, color, w in parts:
+            cv2.rectangle(canvas, (x, y + 1), (x + asc - 1, y + asc), color, cv2.FILLED)
+            x += asc + 4
+            cv2.putText(canvas, name, (x, y + asc), FONT, INFO_SCALE, color, 1, cv2.LINE_AA)
+            x += w + 12
+
+
+def annotate(record: Record, min_width: int = MIN_WIDTH, caption_lines: int | None = None) -> np.ndarray:
+    """A copy of the record's frame, enlarged to at least `min_width`, with boxes, labels and
+    the band of caption, coverage and legend below. `caption_lines` fixes the caption's share of
+    the band (a video's frames must all be one size); None fits it to this caption."""
     import cv2
 
     image = record.frame.image
     scale = max(1.0, min_width / image.shape[1])
     if scale > 1.0:
-        canvas = cv2.resize(image, (round(image.shape[1] * scale), round(image.shape[0] * scale)),
-                            interpolation=cv2.INTER_NEAREST)
+        frame = cv2.resize(image, (round(image.shape[1] * scale), round(image.shape[0] * scale)),
+                           interpolation=cv2.INTER_NEAREST)
     else:
-        canvas = image.copy()
+        frame = image.copy()
+    height, width = frame.shape[:2]
+    labels = []
     for obj, label, color, thick in object_marks(record):
-        left, top, right, bottom = (int(round(v * scale)) for v in obj.box)
-        cv2.rectangle(canvas, (left, top), (right, bottom), color, thick)
-        cv2.putText(canvas, label, (left + 2, max(12, top - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
-                    color, 1, cv2.LINE_AA)
-    width = canvas.shape[1]
-    chars = max(20, int(width / 11))
-    # A fixed band height keeps every frame of a video the same size.
-    lines = textwrap.wrap(record.caption.text or "(empty caption)", chars,
-                          max_lines=CAPTION_LINES, placeholder=" ...")
-    info = f"frame {record.frame.frame_id}  {record.capture_to_caption_ms:.0f} ms"
-    if record.coverage:
-        first = next(iter(record.coverage.items()))
-        if first[1] is not None:
-            info += f"  coverage {first[0]} {100 * first[1]:.0f}%"
-    band = 10 + 24 * (CAPTION_LINES + 1)
-    height = canvas.shape[0]
-    canvas = cv2.copyMakeBorder(canvas, 0, band, 0, 0, cv2.BORDER_CONSTANT, value=BLACK)
-    y = height + 22
-    for line in lines:
-        cv2.putText(canvas, line, (8, y), cv2.FONT_HERSHEY_SIMPLEX, 0.6, WHITE, 1, cv2.LINE_AA)
-        y += 24
-    cv2.putText(canvas, info, (8, y), cv2.FONT_HERSHEY_SIMPLEX, 0.5, GREY, 1, cv2.LINE_AA)
+        box = tuple(int(round(v * scale)) for v in obj.box)
+        cv2.rectangle(frame, box[:2], box[2:], color, thick)
+        labels.append((box, label, color))
+    for box, text, color in labels:  # after every box, so no box line crosses a label
+        _draw_label(frame, box, text, color)
+    band = _band(record, width, caption_lines)
+    canvas = cv2.copyMakeBorder(frame, 0, band.height(), 0, 0, cv2.BORDER_CONSTANT, value=BLACK)
+    _draw_band(canvas, band, height)
     return canvas
 
 
@@ -109,7 +217,7 @@ class VideoSink:
     def write(self, record: Record) -> None:
         import cv2
 
-        frame = annotate(record)
+        frame = annotate(record, caption_lines=VIDEO_CAPTION_LINES)
         size = (frame.shape[1], frame.shape[0])
         if self._writer is None:
             self._work = WorkDir(self.path, "--save-video")
