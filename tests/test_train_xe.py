@@ -126,12 +126,12 @@ def test_a_run_never_overwrites_files_it_did_not_write(world, tmp_path):
 
 
 def test_a_run_that_died_before_saving_starts_again_with_a_clean_log(world, tmp_path):
-    from edgecap.train.loop import _to_toml
+    from edgecap.train.config import to_toml
 
     cfg = tiny_config(world, schedule={"epochs": 1, "warmup": 10})
     out = tmp_path / "run"
     out.mkdir()
-    (out / "config.toml").write_text(_to_toml(cfg.to_dict()))  # what the dead run wrote first
+    (out / "config.toml").write_text(to_toml(cfg.to_dict()))  # what the dead run wrote first
     (out / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 99.0}\n')
     (out / "notes.txt").write_text("kept")  # not a run file: never touched
     assert Trainer(cfg, out=out, progress=False).run()["done"]
