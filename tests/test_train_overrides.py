@@ -73,7 +73,9 @@ def test_data_for_a_features_model_needs_its_hdf5(tmp_path):
     coco = Path(REPO) / "configs" / "coco-smart.toml"
     with pytest.raises(EdgecapError, match=r"reads precomputed features but there is no .*features.h5"):
         load_config(coco, data_dir=folder)
-    (folder / "features.h5").write_bytes(b"")
+    from tests.test_train_xe import write_features
+
+    write_features(folder, folder / "features.h5")
     assert load_config(coco, data_dir=folder).data.features == str(folder / "features.h5")
 
 
