@@ -15,7 +15,9 @@ Every command that writes a file or a directory goes through here:
 - `probe_writable` creates (and removes) a file where the output will go, before slow work:
   `os.access` is not enough (root passes it on /proc and read-only mounts).
 - `terminate_as_interrupt` turns SIGTERM / SIGHUP into an exception so that all of the above
-  cleans up (Python's default for SIGTERM is to die without running `finally` blocks).
+  cleans up (Python's default for SIGTERM is to die without running `finally` blocks);
+  `stop_on_signals` instead asks a long-running loop (`edgecap run`) to stop in order. They
+  and `_signals_deferred` are the only places that touch signal handlers.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -250,32 +253,16 @@ def _remove_tree(work: Path) -> None:
         work.rmdir()
 
 
-_DEFERRED = ("SIGINT", "SIGTERM", "SIGHUP")
-
-
 @contextlib.contextmanager
 def _signals_deferred():
     """Hold SIGINT / SIGTERM / SIGHUP back for a few steps that must happen together (creating
     and registering a work directory, the two renames of a replacement); a signal that arrives
-    meanwhile is raised again, to its own handler, when the block ends.
-
-    Done with Python handlers rather than a signal mask: a mask only covers the calling thread,
-    and Python runs its handlers in the main thread whichever thread the kernel picked.
-    """
-    if not _in_main_thread():  # handlers can only be changed from the main thread
-        yield
-        return
+    meanwhile is raised again, to its own handler, when the block ends."""
     pending: list[int] = []
-    saved = {}
-    for name in _DEFERRED:
-        sig = getattr(signal, name, None)
-        if sig is not None and signal.getsignal(sig) not in (signal.SIG_IGN, None):
-            saved[sig] = signal.signal(sig, lambda signum, _frame: pending.append(signum))
     try:
-        yield
+        with _handled(STOP_SIGNALS, lambda signum, _frame: pending.append(signum), _not_ignored):
+            yield
     finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
         for sig in dict.fromkeys(pending):
             signal.raise_signal(sig)
 
@@ -406,7 +393,15 @@ def write_json_atomic(path: str | os.PathLike, obj, indent: int | None = 2) -> N
     write_text_atomic(path, json.dumps(obj, indent=indent) + "\n")
 
 
-# -- termination --------------------------------------------------------------------------------
+# -- signals ------------------------------------------------------------------------------------
+# What ends a command from outside: Ctrl-C (SIGINT), a service manager, CI or `kill` (SIGTERM), a
+# closed terminal (SIGHUP). Every way edgecap reacts to them is one of the context managers
+# below, all installed by `_handled`.
+STOP_SIGNALS = tuple(sig for sig in (getattr(signal, name, None) for name in ("SIGINT", "SIGTERM", "SIGHUP"))
+                     if sig is not None)
+_TERMINATING = tuple(sig for sig in STOP_SIGNALS if sig != signal.SIGINT)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP arrived; unwinds like Ctrl-C so `finally` blocks clean up."""
 
@@ -415,32 +410,67 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
-def _raise_terminated(signum, _frame):
+def _raise_interrupt(signum, _frame):
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Terminated(signum)
+
+
+def _not_ignored(handler) -> bool:
+    """SIG_IGN is someone's decision (`nohup`, a parent that ignores it, a shell's background
+    job); None is a handler installed outside Python. Both are left alone."""
+    return handler not in (signal.SIG_IGN, None)
+
+
+@contextlib.contextmanager
+def _handled(signals, handler, replaces):
+    """Within the block, `handler` handles each of `signals` whose current handler
+    `replaces(current)` accepts; the previous handlers are back afterwards.
+
+    Python handlers rather than a signal mask: a mask only covers the calling thread, and
+    Python runs its handlers in the main thread whichever thread the kernel picked. Handlers
+    can only be changed from the main thread; elsewhere the block runs with them as they are.
+    """
+    saved = {}
+    if _in_main_thread():
+        for sig in signals:
+            if replaces(signal.getsignal(sig)):
+                saved[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, previous in saved.items():
+            signal.signal(sig, previous)
 
 
 @contextlib.contextmanager
 def terminate_as_interrupt():
     """Within the block, SIGTERM and SIGHUP raise `Terminated` (where their disposition is
-    still the default: a `nohup` or a parent that ignores them is respected)."""
-    saved = {}
-    if sys.platform != "win32" and _in_main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(sig) is signal.SIG_DFL:
-                saved[sig] = signal.signal(sig, _raise_terminated)
-    try:
+    still the default), and whatever escapes the block removes this process's open work
+    directories. The CLI wraps every command in it."""
+    with _handled(_TERMINATING, _raise_interrupt, lambda current: current is signal.SIG_DFL):
+        try:
+            yield
+        except BaseException:
+            close_work_dirs()
+            raise
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event):
+    """Within the block, the first SIGINT / SIGTERM / SIGHUP sets `stop`, for a loop that checks
+    it to wind down in order (finish the batch in flight, close its outputs, summarise); the
+    next one raises at once (`KeyboardInterrupt` for Ctrl-C, `Terminated` otherwise)."""
+    def request_stop(signum, frame):
+        if stop.is_set():
+            _raise_interrupt(signum, frame)
+        stop.set()
+
+    with _handled(STOP_SIGNALS, request_stop, _not_ignored):
         yield
-    except BaseException:
-        close_work_dirs()
-        raise
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
 
 
 def _in_main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()
 
 

@@ -166,3 +166,8 @@ def terminate_after_records(argv, jsonl, records=3, cwd=None, timeout=60.0):
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=30)
     return proc.returncode, stdout, stderr
+
+
+def hidden_leftovers(directory):
+    """Hidden names in `directory`: the work directories (or any other temporary) a writer left."""
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))

@@ -254,3 +254,26 @@ def test_a_signal_inside_a_deferred_section_arrives_after_it(tmp_path):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_loop_stops_on_the_first_signal_and_is_interrupted_by_the_second():
+    """`edgecap run`'s handling: inside the CLI's terminate_as_interrupt, the first SIGTERM /
+    SIGINT only asks the loop to stop; the next one raises; ignored signals stay ignored."""
+    import threading
+
+    from edgecap.io import Terminated, stop_on_signals, terminate_as_interrupt
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        for sig, escapes in ((signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)):
+            stop = threading.Event()
+            with pytest.raises(escapes), terminate_as_interrupt(), stop_on_signals(stop):
+                assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN  # as nohup left it
+                signal.raise_signal(sig)
+                assert stop.is_set()  # asked, not forced: the loop winds down in order
+                signal.raise_signal(sig)
+                pytest.fail(f"a second {sig.name} did not interrupt")
+    finally:
+        signal.signal(signal.SIGHUP, ignored)
+    assert {sig: signal.getsignal(sig) for sig in before} == before

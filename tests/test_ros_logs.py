@@ -4,13 +4,17 @@ them, and the caption log read back with rosbags, not the library that wrote it.
 
 import io
 import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from runtime_helpers import FakeBundle, drain
+from runtime_helpers import FakeBundle, drain, hidden_leftovers
 
 pytest.importorskip("rosbags")
 pytest.importorskip("mcap_ros2")
@@ -20,6 +24,7 @@ from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
 from rosbags.typesys import Stores, get_typestore  # noqa: E402
 
 from edgecap.errors import EdgecapError  # noqa: E402
+from edgecap.io import terminate_as_interrupt  # noqa: E402
 from edgecap.runtime.camera import FrameGrabber  # noqa: E402
 from edgecap.runtime.captioner import Captioner  # noqa: E402
 from edgecap.runtime.command import RunSettings, execute  # noqa: E402
@@ -391,20 +396,55 @@ def test_unwritable_caption_log_fails_before_captioning(tmp_path):
     assert bundle.seen_batches == [] and blocker.read_text() == "keep me"
 
 
-def test_stop_mid_run_leaves_a_finished_readable_caption_log(tmp_path):
+def test_sigterm_mid_run_leaves_a_finished_readable_caption_log(tmp_path):
     log = make_log(tmp_path, "bare", "image", n=200)
     out = tmp_path / "stopped.mcap"
-    stop = threading.Event()
     bundle = FakeBundle(batch_size=1, beam_size=1, delay=0.01)
-    timer = threading.Timer(0.3, stop.set)  # what SIGINT / SIGTERM do in the CLI
-    timer.start()
-    summary, error = execute(Captioner(bundle), RunSettings(source=str(log), out_mcap=str(out),
-                                                            quiet=True), stop=stop,
-                             out=io.StringIO())
-    timer.join()
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))
+    with terminate_as_interrupt():  # as the CLI runs every command
+        timer.start()
+        summary, error = execute(Captioner(bundle), RunSettings(source=str(log), out_mcap=str(out),
+                                                                quiet=True), out=io.StringIO())
+        timer.join()
     assert error is None and summary.stopped_by == "signal" and 0 < summary.captioned < 200
     assert len(_read_caption_log(out)["/edgecap/caption"]) == summary.captioned
-    assert not list(tmp_path.glob(".*partial"))
+    assert hidden_leftovers(tmp_path) == []
+
+
+# Writes one message to the caption log argv[1], says "ready" and waits to be killed.
+_KILLED_WRITER = """
+import sys
+from edgecap.ros.mcap_out import McapLogWriter
+writer = McapLogWriter(sys.argv[1])
+writer.write("/t", "std_msgs/msg/String", {"data": "lost"}, 1)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_caption_log_writers_never_share_or_strand_a_temporary(tmp_path, capsys):
+    from edgecap.ros.mcap_out import McapLogWriter
+
+    out = tmp_path / "c.mcap"
+    # Two runs writing the same log at once: each finishes its own file.
+    first, second = McapLogWriter(out), McapLogWriter(out)
+    first.write("/t", "std_msgs/msg/String", {"data": "first"}, 1)
+    second.write("/t", "std_msgs/msg/String", {"data": "second"}, 2)
+    first.close()
+    assert [m.data for _, m, _ in _read_caption_log(out)["/t"]] == ["first"]
+    second.close()
+    assert [m.data for _, m, _ in _read_caption_log(out)["/t"]] == ["second"]
+    assert hidden_leftovers(tmp_path) == []
+    # A writer killed where nothing can clean up: the next write of the log removes what it left.
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(out)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert proc.stdout.readline().strip() == "ready"
+    proc.kill()
+    proc.wait()
+    assert len(hidden_leftovers(tmp_path)) == 1
+    McapLogWriter(out).close()
+    assert hidden_leftovers(tmp_path) == [] and _read_caption_log(out) == {}
+    assert "left by an interrupted write of c.mcap" in capsys.readouterr().err
 
 
 def test_rerun_recording_has_the_images_boxes_and_captions_at_their_log_times(tmp_path):
@@ -447,7 +487,7 @@ def test_rerun_recording_has_the_images_boxes_and_captions_at_their_log_times(tm
     execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
             RunSettings(source=str(log), pace="every", frames=2, rerun=str(out), quiet=True),
             out=io.StringIO())
-    assert not list(tmp_path.glob(".*partial"))
+    assert hidden_leftovers(tmp_path) == []
 
 
 _WITHOUT = """

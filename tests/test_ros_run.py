@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from runtime_helpers import terminate_after_records
+from runtime_helpers import hidden_leftovers, terminate_after_records
 
 pytest.importorskip("torch")
 pytest.importorskip("rosbags")
@@ -136,4 +136,4 @@ def test_sigterm_leaves_a_finished_caption_log(bundle, tmp_path, run_module_cli)
     n = len(jsonl.read_text().splitlines())
     assert 3 <= n < 300
     assert len(_read(out)["/edgecap/caption"]) == n  # finished, indexed, readable
-    assert not list(tmp_path.glob(".*partial"))
+    assert hidden_leftovers(tmp_path) == []

@@ -7,7 +7,7 @@ import threading
 import cv2
 import numpy as np
 import pytest
-from runtime_helpers import FakeBundle, ScriptedSource, solid
+from runtime_helpers import FakeBundle, ScriptedSource, hidden_leftovers, solid
 
 from edgecap.contract.preprocess import preprocess
 from edgecap.errors import EdgecapError, MissingExtraError
@@ -177,7 +177,7 @@ def test_execute_on_a_folder_writes_jsonl_summary_and_video(tmp_path):
     while cap.read()[0]:
         n += 1
     assert n == 4
-    assert not list(tmp_path.glob(".run.partial*")), "the temporary video was left behind"
+    assert hidden_leftovers(tmp_path) == [], "the temporary video was left behind"
 
 
 def test_append_keeps_earlier_runs_and_marks_where_each_starts(tmp_path):

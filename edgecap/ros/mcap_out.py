@@ -8,9 +8,10 @@ foxglove_msgs ones (edgecap.ros.captions.FOXGLOVE_MSGS) are the field lists of t
 package foxglove_msgs, the ROS encoding of the foxglove.ImageAnnotations schema, so Foxglove's
 Image panel draws them.
 
-The file is written beside its target (`.NAME.partial`) and renamed when `close()` finishes
-it, so the target name only ever holds a complete, indexed MCAP file; a run stopped by
-SIGINT / SIGTERM still closes it. Each log carries an MCAP metadata record "edgecap", which is
+The file is written in a work directory beside its target (`edgecap.io.WorkDir`) and renamed
+when `close()` finishes it, so the target name only ever holds a complete, indexed MCAP file; a
+run stopped by SIGINT / SIGTERM still closes it, and the work directory of a killed writer is
+removed by the next write of the same target. Each log carries an MCAP metadata record "edgecap", which is
 how an existing file is recognised as ours: any other file under the target name is refused,
 never overwritten.
 """
@@ -22,6 +23,7 @@ import os
 from pathlib import Path
 
 from edgecap.errors import EdgecapError, require
+from edgecap.io import WorkDir, probe_writable
 
 from .captions import FOXGLOVE_MSGS
 
@@ -66,8 +68,6 @@ def written_by_edgecap(path: Path) -> bool:
 def check_target(path: str | os.PathLike, flag: str = "--out-mcap") -> Path:
     """Refuse, before any slow work, a target that is a directory, a file edgecap did not
     write, or a place that cannot be written."""
-    from edgecap.io import probe_writable
-
     path = Path(path)
     if path.exists() and not path.is_dir() and not written_by_edgecap(path):
         raise EdgecapError(f"{flag} {path} exists and is not an MCAP log written by edgecap; "
@@ -90,11 +90,12 @@ class McapLogWriter:
 
         self.path = check_target(path, flag)
         self.flag = flag
-        self.tmp = self.path.with_name(f".{self.path.name}.partial")
+        self._work = WorkDir(self.path, flag)
+        self.tmp = self._work.file()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = self.tmp.open("wb")
         except OSError as exc:
+            self._work.close()
             raise EdgecapError(f"{flag} {self.path}: cannot write ({exc.strerror or exc})") from None
         self._writer = Writer(self._fh)
         self._writer.add_metadata(OWNER_METADATA, {"version": __version__, **(metadata or {})})
@@ -129,16 +130,21 @@ class McapLogWriter:
             self._fh.flush()
             os.fsync(self._fh.fileno())
             self._fh.close()
-            os.replace(self.tmp, self.path)
         except OSError as exc:
             self.abort()
             raise EdgecapError(f"{self.flag} {self.path}: cannot finish the log "
                                f"({exc.strerror or exc})") from None
+        except BaseException:
+            self.abort()
+            raise
+        try:
+            self._work.commit(self.tmp)
+        finally:
+            self._work.close()
 
     def abort(self) -> None:
-        """Drop the partial file (used when the log could not be finished)."""
+        """Drop the unfinished file (used when the log could not be finished)."""
         self._closed = True
         with contextlib.suppress(OSError):
             self._fh.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.tmp)
+        self._work.close()

@@ -13,7 +13,6 @@ Ctrl-C or SIGTERM stops between batches: the summary is printed and the JSONL is
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 from dataclasses import dataclass
@@ -219,29 +218,6 @@ def _log(msg: str) -> None:
     print(f"edgecap run: {msg}", file=sys.stderr, flush=True)
 
 
-class _Signals:
-    """SIGINT / SIGTERM set `stop` (a second Ctrl-C interrupts at once); restored on exit."""
-
-    def __init__(self, stop: threading.Event):
-        self.stop = stop
-        self.saved = {}
-
-    def _handler(self, signum, _frame):
-        if self.stop.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.stop.set()
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self.saved[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, handler in self.saved.items():
-            signal.signal(sig, handler)
-
-
 def execute(captioner, settings: RunSettings, stop: threading.Event | None = None, out=None,
             sinks=()):
     """Run the loop with `settings`; returns (summary, error message or None). `sinks` get every
@@ -249,7 +225,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     import contextlib
 
     from edgecap.errors import EdgecapError
-    from edgecap.io import write_json_atomic
+    from edgecap.io import stop_on_signals, write_json_atomic
 
     from .camera import FrameGrabber
     from .detections import Detections
@@ -335,12 +311,12 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
             sinks.append(closing.enter_context(contextlib.closing(
                 VideoSink(settings.save_video, fps=fps))).write)
         sinks += extra_sinks
-        with _Signals(stop):
+        with stop_on_signals(stop):
             grabber.start()
             try:
                 run_loop(captioner, grabber, summary, sinks, options, stop,
                          annotate_objects=annotate_objects, coverage=coverage, beam=beam)
-            except KeyboardInterrupt:  # a second Ctrl-C: stop now, still summarise
+            except KeyboardInterrupt:  # a second signal: stop now, still summarise
                 summary.stopped_by = "signal"
     print(summary.human(), file=out, flush=True)
     if settings.jsonl:

@@ -5,17 +5,18 @@ keeps its own `log_time`, the wall clock of the write) and the
 `frame` sequence: the image (JPEG-encoded, to keep the file small), the known objects' boxes
 coloured as in the video overlay, the caption as a text log, and capture-to-caption latency and
 coverage as scalars to plot. rerun-sdk is an optional extra (`edgecap[rerun]`), imported here
-only. The recording is saved beside FILE and renamed when the run ends; an existing FILE is
-replaced only when it is a recording of application "edgecap".
+only. The recording is saved in a work directory beside FILE (`edgecap.io.WorkDir`) and renamed
+when the run ends; an existing FILE is replaced only when it is a recording of application
+"edgecap".
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
 from edgecap.errors import EdgecapError, require
+from edgecap.io import WorkDir, probe_writable
 
 from .records import Record
 
@@ -32,8 +33,6 @@ def _written_by_edgecap(path: Path) -> bool:
 
 
 def check_target(path: str | os.PathLike) -> Path:
-    from edgecap.io import probe_writable
-
     path = Path(path)
     require("rerun", "rerun", "writing rerun recordings")
     if path.exists() and not path.is_dir() and not _written_by_edgecap(path):
@@ -48,12 +47,13 @@ class RerunSink:
         rr = require("rerun", "rerun", "writing rerun recordings")
         self.rr = rr
         self.path = check_target(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f".{self.path.name}.partial")
+        self._work = WorkDir(self.path, "--rerun")
+        self.tmp = self._work.file()
         self.rec = rr.RecordingStream(APPLICATION)
         try:
             self.rec.save(str(self.tmp))
         except Exception as exc:
+            self._work.close()
             raise EdgecapError(f"--rerun {self.path}: cannot write ({exc})") from None
         self.rec.log("source", rr.TextDocument(source), static=True)
         self.count = 0
@@ -92,11 +92,9 @@ class RerunSink:
         if self._closed:
             return
         self._closed = True
-        self.rec.flush()
-        self.rec.disconnect()  # writes the footer and closes the file
         try:
-            os.replace(self.tmp, self.path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(self.tmp)
-            raise EdgecapError(f"--rerun {self.path}: cannot finish ({exc.strerror or exc})") from None
+            self.rec.flush()
+            self.rec.disconnect()  # writes the footer and closes the file
+            self._work.commit(self.tmp)
+        finally:
+            self._work.close()

@@ -160,7 +160,7 @@ def _write_video(path: Path, seed: int, size: int, n_frames: int, fps: float, ba
     finally:
         sink.close()
         if log is not None:
-            log.abort()  # no-op once closed; drops the partial file otherwise
+            log.abort()  # no-op once closed; removes the unfinished log otherwise
 
 
 __all__ = ["generate_dataset", "split_plan"]
