@@ -146,6 +146,9 @@ def test_unwritable_out_dir_is_refused(run_cli, ckpt, tmp_path):
     blocker.write_text("x")
     code, _, err = run_cli("export", ckpt, "--engine", "onnx", "--out", blocker / "bundle")
     _one_line_error(code, err, f"--out {blocker / 'bundle'}", "is a file, not a directory")
+    if Path("/proc").is_dir():  # root passes os.access on /proc; creating a file there fails
+        code, _, err = run_cli("export", ckpt, "--engine", "onnx", "--out", "/proc/edgecap-out")
+        _one_line_error(code, err, "--out /proc/edgecap-out: cannot create files in /proc")
 
 
 @pytest.mark.parametrize("argv, needles", [
