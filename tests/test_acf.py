@@ -208,7 +208,11 @@ def test_exports_without_cumprod_and_carries_the_clustering_state(tmp_path, run_
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     parity = manifest["parity"]["onnxruntime"]
     assert parity["passed"] and parity["beam_identical"] == 1.0
-    assert manifest["state"]["cache_names"] == ["self_k", "self_v", "clu_a", "clu_u"]
+    layers = range(model.cfg.dec_layers)
+    assert manifest["state"]["cache_names"] == [f"{n}.{i}" for n in ("self_k", "self_v", "clu_a", "clu_u") for i in layers]
+    # the step returns one new slot of each: keys [R, H, dh, 1], values [R, H, 1, dh], a / u [R, 1]
+    outputs = {t["name"]: t["shape"] for t in manifest["graphs"][-1]["outputs"]}
+    assert outputs["clu_a.0.new"] == [4, 1] and manifest["state"]["cache_slot_axes"][-1] == 1
     for name in ("encoder.onnx", "decoder_step.onnx"):
         ops = {n.op_type for n in onnx.load(str(tmp_path / "bundle" / name)).graph.node}
         assert not ops & {"CumProd", "CumSum", "If", "Loop", "Scan", "NonZero"}, (name, ops)

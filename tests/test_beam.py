@@ -72,6 +72,8 @@ def test_length_penalty_prefers_longer_captions():
         3: [1e-9, 1e-9, 0.1, 0.9, 1e-9],
         EOS: [1e-9, 1e-9, 1.0, 1e-9, 1e-9],
     }
+    # the third beam takes the best of the 1e-9 ties (the lowest id, PAD) and goes nowhere
+    table.update({t: [1e-9, 1e-9, 1.0, 1e-9, 1e-9] for t in (PAD, BOS, 4)} | {BOS: table[BOS]})
     plain = beam_search(TableStepper(table), 1, DecodeOptions(beam_size=3, max_len=4), BOS, EOS, PAD)
     long = beam_search(TableStepper(table), 1, DecodeOptions(beam_size=3, max_len=4, length_penalty=3.0), BOS, EOS, PAD)
     assert plain.tokens[0, 0].tolist() == [EOS, PAD, PAD, PAD]
@@ -81,3 +83,74 @@ def test_length_penalty_prefers_longer_captions():
 def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="beam_size"):
         DecodeOptions(beam_size=0)
+
+
+def reference_beam_search(table, batch, k, steps, eos):
+    """The exhaustive search: rank all k * V continuations of every image (flat argsort, ties
+    to the lower beam * V + token) — what per-row top-k plus k * k candidates must equal."""
+    rows = batch * k
+    scores = np.zeros((batch, k))
+    scores[:, 1:] = -np.inf
+    finished = np.zeros(rows, dtype=bool)
+    tokens = np.full(rows, BOS, dtype=np.int64)
+    history = np.zeros((batch, k, 0), dtype=np.int64)
+    for t in range(steps):
+        logp = table[t, tokens].astype(np.float64)
+        logp[finished] = -np.inf
+        logp[finished, eos] = 0.0
+        vocab = logp.shape[1]
+        cand = (scores.reshape(rows, 1) + logp).reshape(batch, k * vocab)
+        pick = np.argsort(-cand, axis=1, kind="stable")[:, :k]
+        scores = np.take_along_axis(cand, pick, axis=1)
+        src, tok = pick // vocab, pick % vocab
+        src_rows = ((np.arange(batch) * k)[:, None] + src).reshape(-1)
+        history = np.concatenate([np.take_along_axis(history, src[:, :, None], axis=1), tok[:, :, None]], axis=2)
+        finished = finished[src_rows] | (tok.reshape(-1) == eos)
+        tokens = tok.reshape(-1)
+    return history, scores
+
+
+class TimeTableStepper:
+    """log-probs from table[t, previous token]; optionally offers top_k like a bundle does."""
+
+    def __init__(self, table, offer_top_k):
+        self.table = table
+        if offer_top_k:
+            from edgecap.contract.beam import row_top_k
+
+            self.top_k = lambda tokens, t, k: row_top_k(self(tokens, t), k)
+
+    def __call__(self, tokens, t):
+        return self.table[t, tokens]
+
+    def reorder(self, rows):
+        pass
+
+
+@pytest.mark.parametrize("offer_top_k", [False, True])
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_per_row_top_k_equals_the_exhaustive_search(k, offer_top_k):
+    rng = np.random.default_rng(k)
+    vocab, steps, batch = 40, 7, 3
+    logits = rng.standard_normal((steps, vocab, vocab))
+    logits = np.round(logits * 2) / 2  # coarse values: many exact ties, as int8 models give
+    table = (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)
+    want_tokens, want_scores = reference_beam_search(table, batch, k, steps, EOS)
+    hyp = beam_search(TimeTableStepper(table, offer_top_k), batch,
+                      DecodeOptions(beam_size=k, max_len=steps), BOS, EOS, PAD)
+    np.testing.assert_allclose(hyp.scores, want_scores, rtol=0, atol=1e-9)
+    finished_early = (want_tokens == EOS).cumsum(-1) - (want_tokens == EOS) > 0
+    np.testing.assert_array_equal(np.where(finished_early, -1, hyp.tokens), np.where(finished_early, -1, want_tokens))
+
+
+def test_row_top_k_breaks_ties_to_the_lower_id():
+    from edgecap.contract.beam import row_top_k
+
+    logp = np.array([[0.0, -1.0, -1.0, -1.0, -2.0, -1.0]], dtype=np.float32)
+    for _ in range(5):  # argpartition's pick among equal values varies with the layout
+        vals, idx = row_top_k(logp, 3)
+        assert idx.tolist() == [[0, 1, 2]] and vals.tolist() == [[0.0, -1.0, -1.0]]
+        logp = logp[:, ::-1].copy()
+        logp = logp[:, ::-1].copy()
+    with pytest.raises(ValueError, match="exceeds the vocabulary"):
+        row_top_k(logp, 7)

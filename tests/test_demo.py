@@ -54,6 +54,14 @@ def test_demo_exports_once_and_writes_its_outputs(tiny_ckpt, tmp_path, run_cli, 
     assert "exporting" not in stdout
     assert (out / "bundle" / "manifest.json").stat().st_mtime_ns == manifest
 
+    # A bundle cached by an edgecap that wrote an older bundle format is exported again.
+    stamp_path = out / "bundle.source.json"
+    stamp = json.loads(stamp_path.read_text())
+    stamp_path.write_text(json.dumps({k: v for k, v in stamp.items() if k != "bundle_format"}))
+    code, stdout, stderr = _demo(run_cli, tiny_ckpt, out)
+    assert code == 0, stderr
+    assert "exporting" in stdout
+
     # A changed checkpoint (new sha256) is exported again.
     from tests._export_util import save_tiny
 

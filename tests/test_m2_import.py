@@ -356,7 +356,7 @@ def test_exported_bundle_reproduces_the_official_model(official, tmp_path, run_c
     with torch.no_grad():
         ref, _ = ref_forward(state, feats, tokens)
     cross = bundle.encode(feats.numpy(), np.ones(feats.shape[:2], bool))
-    step = bundle.stepper(cross, repeats=1)
+    step = bundle.stepper(cross, beam=1)
     stepped = np.stack([step(tokens[:, t].numpy(), t).copy() for t in range(tokens.shape[1])], axis=1)
     assert np.abs(stepped - ref.numpy()).max() < 1e-4
 

@@ -57,7 +57,7 @@ def test_missing_listed_file_is_refused(copy):
         load_manifest(copy)
 
 
-@pytest.mark.parametrize("version, hint", [(FORMAT_VERSION + 1, "upgrade edgecap"), (0, "re-export")])
+@pytest.mark.parametrize("version, hint", [(FORMAT_VERSION + 1, "upgrade edgecap"), (FORMAT_VERSION - 1, "re-export"), (0, "re-export")])
 def test_wrong_format_version_is_refused(copy, version, hint):
     _edit(copy, lambda d: d.update(format_version=version))
     with pytest.raises(ManifestError, match=f"format_version: {version}, this runtime reads version {FORMAT_VERSION} .*{hint}"):

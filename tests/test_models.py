@@ -84,7 +84,7 @@ def test_memory_slots_are_separate_key_and_value_parameters():
     assert att.m_k.shape == att.m_v.shape == (1, 40, 32)
     assert att.m_k is not att.m_v
     nomem = tiny("smart-nomem").encoder.layers[0].self_attn
-    assert nomem.extra_kv(2) is None
+    assert nomem.extra_kv() is None
 
 
 def test_meshed_gates_follow_encoder_depth():

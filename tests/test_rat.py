@@ -119,7 +119,7 @@ def test_example_inputs_have_the_static_shape():
     feats, mask, _, _ = batch(model, b=2)
     cross = model.encode(feats, mask, example)
     assert len(cross) == len(model.cross_names) == len(model.cross_batch_axes)
-    assert cross[3].shape == (model.cfg.dec_layers, 2, 4, K * LM, 8)
+    assert cross[3].shape == (model.cfg.dec_layers, 2, 4, 8, K * LM)  # keys transposed
 
 
 @pytest.mark.slow

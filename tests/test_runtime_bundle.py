@@ -269,10 +269,10 @@ def test_decoding_reuses_its_buffers_across_frames_without_leaking_state(tiny):
     options = DecodeOptions(beam_size=bundle.beam_size, max_len=bundle.max_len)
     first = bundle.decode(bundle.encode(*bundle.visual(images[0])), options)
     stepper = bundle._steppers[bundle.beam_size]
-    buffers = [id(b) for b in stepper.cross_buffers]
+    buffers = [id(b) for b in (*stepper.cross.values(), *(g.cache for g in stepper.groups), *stepper.outputs)]
     second = bundle.decode(bundle.encode(*bundle.visual(images[1])), options)
     assert bundle._steppers[bundle.beam_size] is stepper
-    assert [id(b) for b in stepper.cross_buffers] == buffers
+    assert [id(b) for b in (*stepper.cross.values(), *(g.cache for g in stepper.groups), *stepper.outputs)] == buffers
     fresh = Bundle.load(bundle_dir)
     expected = fresh.decode(fresh.encode(*fresh.visual(images[1])), options)
     assert (second.tokens == expected.tokens).all()

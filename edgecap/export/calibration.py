@@ -27,9 +27,13 @@ class _Recorder:
         self._keep(feeds)
         return self.graph.run(feeds)
 
-    def run_into(self, feeds, outputs):
-        self._keep(feeds)
-        return self.graph.run_into(feeds, outputs)
+    def bind(self, inputs, outputs):
+        run = self.graph.bind(inputs, outputs)
+
+        def record_and_run():
+            self._keep(inputs)  # the bound buffers hold this call's inputs now
+            run()
+        return record_and_run
 
 
 def record_feeds(bundle: Bundle, batches: list[np.ndarray | tuple], limit: int = 64) -> dict[str, list[dict]]:

@@ -43,10 +43,12 @@ def demo_checkpoint() -> Path:
 
 
 def _stamp(checkpoint: Path, beam: int) -> dict:
-    from edgecap.runtime.manifest import sha256_file
+    from edgecap.runtime.manifest import FORMAT_VERSION, sha256_file
 
+    # the bundle format too: a bundle cached by an older edgecap is exported again, not refused
     return {"checkpoint": str(checkpoint), "sha256": sha256_file(checkpoint),
-            "export": {"engine": "onnx", "precision": "fp32", "batch": 1, "beam": beam}}
+            "export": {"engine": "onnx", "precision": "fp32", "batch": 1, "beam": beam},
+            "bundle_format": FORMAT_VERSION}
 
 
 def ensure_bundle(checkpoint: Path, out: Path, beam: int, reexport: bool = False, log=print) -> Path:
@@ -63,7 +65,7 @@ def ensure_bundle(checkpoint: Path, out: Path, beam: int, reexport: bool = False
             old = json.loads(stamp_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             old = None
-        if old is not None and old.get("sha256") == stamp["sha256"] and old.get("export") == stamp["export"]:
+        if old is not None and all(old.get(k) == stamp[k] for k in ("sha256", "export", "bundle_format")):
             return bundle
     require("torch", "train", "edgecap demo exports the demo checkpoint with PyTorch")
     from edgecap.export.bundle import export_bundle

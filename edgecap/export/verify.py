@@ -277,7 +277,8 @@ def parity_gate(spec: ExportSpec, bundle: Bundle, inputs: ParityInputs, precisio
         extra_np = _numpy(extra)
         # each graph on PyTorch's inputs: its own error, not the one it inherits
         cross_t = model.encode(feats_t, mask_t, *extra)
-        for a, b in zip(cross_t, bundle.encode(*_numpy((feats_t, mask_t)), *extra_np), strict=False):
+        cross_flat = _numpy(spec.flat_cross(cross_t))
+        for a, b in zip(cross_flat, bundle.encode(*_numpy((feats_t, mask_t)), *extra_np), strict=True):
             deltas["encoder"] = max(deltas["encoder"], _max_delta(a, b))
         if bundle.has_visual:
             feats_b, mask_b = bundle.visual(front[0].numpy())
@@ -293,9 +294,9 @@ def parity_gate(spec: ExportSpec, bundle: Bundle, inputs: ParityInputs, precisio
         for name, beam in (("greedy", 1), ("beam", k)):
             options = DecodeOptions(beam_size=beam, max_len=bundle.max_len)
             if name == "greedy":  # what `generate` does, recording PyTorch's log-probs on the way
-                recorded = _Recorder(CachedStepper(model, cross_t, spec.batch, 1))
+                recorded = _Recorder(CachedStepper(model, cross_t, spec.batch))
                 hyp_t = beam_search(recorded, spec.batch, options, cfg.bos_id, cfg.eos_id, cfg.pad_id)
-                step_delta = _replay_delta(recorded, bundle.stepper(_numpy(cross_t), repeats=1))
+                step_delta = _replay_delta(recorded, bundle.stepper(cross_flat, beam=1))
                 deltas["decoder_step"] = max(deltas["decoder_step"], step_delta)
             else:
                 hyp_t = generate(model, feats_t, mask_t, options, **extra_kw)

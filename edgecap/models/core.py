@@ -114,7 +114,7 @@ class DecoderLayer(nn.Module):
         return self.ff(self.cross(x, cross_k, cross_v, enc_mask)), carry
 
     def step(self, x, cache, step, cross_k, cross_v, enc_mask, side=(), carry=None):
-        """cache: this layer's (k, v, *extra); returns (x, cache, carry)."""
+        """cache: this layer's (k, v, *extra); returns (x, the new slot of each, carry)."""
         att, cache, carry = self.self_attn.decode_step(x, cache, step, side, carry)
         x = self.norm(x + self.dropout(att))
         return self.ff(self.cross(x, cross_k, cross_v, enc_mask)), cache, carry
@@ -150,6 +150,15 @@ class TransformerCaptioner(Captioner):
     def cross_batch_axes(self):
         return (2, 2, 0) + ((1, 1, 0) if self.side is not None else ())
 
+    @property
+    def cross_layered(self):
+        return (True, True, False) + ((True, True, False) if self.side is not None else ())
+
+    @property
+    def cache_slot_axes(self):
+        # self_k [L, R, H, dh, T], self_v [L, R, H, T, dh]; extra fields (ACF's clu_a, clu_u) [L, R, T]
+        return (4, 3) + (2,) * (len(self.cache_names) - 2)
+
     def encode_extra_example(self, batch: int):
         return () if self.side is None else self.side.example_inputs(batch, self.fc.weight.device)
 
@@ -171,25 +180,29 @@ class TransformerCaptioner(Captioner):
 
     def init_cache(self, batch: int):
         cfg = self.cfg
-        shape = (cfg.dec_layers, batch, cfg.n_heads, cfg.max_len, cfg.d_head)
+        keys = (cfg.dec_layers, batch, cfg.n_heads, cfg.d_head, cfg.max_len)  # transposed, as attention reads them
+        values = (cfg.dec_layers, batch, cfg.n_heads, cfg.max_len, cfg.d_head)
         device = self.fc.weight.device
         extra = [layer.self_attn.init_extra_cache(batch, cfg.max_len, device) for layer in self.layers]
         extra = tuple(torch.stack(ts) for ts in zip(*extra, strict=True))  # per field: [L, B, ...]
-        return (torch.zeros(shape, device=device), torch.zeros(shape, device=device), *extra)
+        return (torch.zeros(keys, device=device), torch.zeros(values, device=device), *extra)
 
     def embed(self, tokens, positions):
         return self.word_emb(tokens) + self.positions[positions]
 
     def step(self, token, step, cache, cross):
+        """token [R]; cache per field [L, R, ...] (or a sequence of L per-layer tensors, as the
+        exported graph takes them); cross at batch B = R / beam -> (log-probs [R, V], per
+        cache field the L new slots [R, ..., 1, ...] to write at `step`)."""
         cross_k, cross_v, enc_mask = cross[:3]
-        x = self.embed(token, step + 1).unsqueeze(1)  # [B, 1, d]
+        x = self.embed(token, step + 1).unsqueeze(1)  # [R, 1, d]
         new, carry = [], None
         for i, layer in enumerate(self.layers):
             mine = tuple(t[i] for t in cache)
             x, mine, carry = layer.step(x, mine, step, cross_k[i], cross_v[i], enc_mask, self._side(cross, i), carry)
             new.append(mine)
         logprobs = F.log_softmax(self.fc(x[:, 0]), dim=-1)
-        return logprobs, tuple(torch.stack(ts) for ts in zip(*new, strict=True))
+        return logprobs, tuple(zip(*new, strict=True))
 
     def decode_prefix(self, cross, tokens):
         """The whole prefix at once: tokens [B, L] (starting with BOS) -> log-probs [B, L, V]."""

@@ -38,6 +38,9 @@ class UpDownCaptioner(Captioner):
     def cross_batch_axes(self):
         return (0, 0, 0, 0)
 
+    cross_layered = (False, False, False, False)
+    cache_slot_axes = (None, None)  # the whole state is new every step
+
     def encode(self, feats, mask, *extra):
         self.check_extra(extra)
         mask = mask.to(torch.bool)
@@ -52,15 +55,22 @@ class UpDownCaptioner(Captioner):
         return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
     def step(self, token, step, cache, cross):
+        """token [R]; cache hidden, cell [2, R, hidden]; cross at batch B = R / beam (the beams
+        of an image share its features) -> (log-probs [R, V], ((h1, h2), (c1, c2)))."""
         hidden, cell = cache
         v, att_feats, mean, mask = cross
+        rows, images = token.shape[0], v.shape[0]
+        beams = rows // images
+        if beams > 1:
+            mean = mean.repeat_interleave(beams, dim=0)
         h1, c1 = self.att_lstm(torch.cat([hidden[1], mean, self.word_emb(token)], -1), (hidden[0], cell[0]))
-        scores = self.att_w(torch.tanh(att_feats + self.att_h(h1).unsqueeze(1))).squeeze(-1)
-        alpha = torch.softmax(scores.masked_fill(~mask, MASK_VALUE), dim=-1)  # [B, N]
-        attended = torch.bmm(alpha.unsqueeze(1), v).squeeze(1)
+        query = self.att_h(h1).view(images, beams, 1, -1)
+        scores = self.att_w(torch.tanh(att_feats.unsqueeze(1) + query)).squeeze(-1)  # [B, beams, N]
+        alpha = torch.softmax(scores.masked_fill(~mask.unsqueeze(1), MASK_VALUE), dim=-1)
+        attended = torch.bmm(alpha, v).reshape(rows, -1)
         h2, c2 = self.lang_lstm(torch.cat([attended, h1], -1), (hidden[1], cell[1]))
         logprobs = F.log_softmax(self.fc(self.dropout(h2)), dim=-1)
-        return logprobs, (torch.stack([h1, h2]), torch.stack([c1, c2]))
+        return logprobs, ((h1, h2), (c1, c2))
 
     def decode_prefix(self, cross, tokens):
         return self.step_through(cross, tokens)  # recurrent: the prefix is the steps

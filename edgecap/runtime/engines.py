@@ -2,7 +2,11 @@
 
 Both expose the same two calls, so the bundle and its stepper never ask which one they hold:
     runner.run(feeds) -> list of numpy outputs (manifest order)
-    runner.run_into(feeds, outputs)   # writes into preallocated numpy arrays, no new buffers
+    run = runner.bind(inputs, outputs)   # persistent numpy buffers, bound once
+    run()                                # reads the inputs' current contents, writes the outputs
+On onnxruntime's CPU provider `bind` is zero-copy IO binding, made once: the graph reads the
+caller's arrays (the decoder's cache, the cross tensors) where they are and writes its outputs
+into the caller's arrays, so a decoding step moves no tensor it does not compute.
 Feeds are checked against the manifest's static shapes and dtypes first, so a wrong batch is a
 one-line error naming the tensor instead of an onnxruntime stack trace. Torch-free; tensorrt
 and cuda-python are imported only when an engine is opened.
@@ -10,6 +14,7 @@ and cuda-python are imported only when an engine is opened.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +80,7 @@ def check_feeds(entry: GraphEntry, feeds: dict[str, np.ndarray]) -> dict[str, np
                 f"{entry.file}: input {spec.name!r} has shape {list(value.shape)}, the graph was "
                 f"exported for {spec.shape} (static shapes: pad the batch)"
             )
-        out[spec.name] = np.ascontiguousarray(value, dtype=np.dtype(spec.dtype))
+        out[spec.name] = np.asarray(value, dtype=np.dtype(spec.dtype), order="C")  # keeps 0-d arrays 0-d
     return out
 
 
@@ -147,20 +152,37 @@ class OrtGraph:
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(self.output_names, check_feeds(self.entry, feeds))
 
-    def run_into(self, feeds: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
-        feeds = check_feeds(self.entry, feeds)
+    def bind(self, inputs: dict[str, np.ndarray], outputs: list[np.ndarray]) -> Callable[[], None]:
+        """Bind host buffers once (zero-copy on the CPU provider); -> a call that runs the graph."""
+        bound = check_bound(self.entry, inputs, outputs)
         if not self.host_only:
-            for dst, src in zip(outputs, self.session.run(self.output_names, feeds), strict=False):
-                np.copyto(dst, src)
-            return
+            def run_and_copy():
+                for dst, src in zip(outputs, self.session.run(self.output_names, bound), strict=True):
+                    np.copyto(dst, src)
+            return run_and_copy
         binding = self.session.io_binding()
-        for name, value in feeds.items():
+        for name, value in bound.items():
             binding.bind_input(name, "cpu", 0, value.dtype, list(value.shape), value.ctypes.data)
-        for name, dst in zip(self.output_names, outputs, strict=False):
-            if not dst.flags.c_contiguous:
-                raise EdgecapError(f"{self.entry.file}: output buffer for {name!r} is not contiguous")
+        for name, dst in zip(self.output_names, outputs, strict=True):
             binding.bind_output(name, "cpu", 0, dst.dtype, list(dst.shape), dst.ctypes.data)
-        self.session.run_with_iobinding(binding)
+        session = self.session
+        return lambda: session.run_with_iobinding(binding)
+
+
+def check_bound(entry: GraphEntry, inputs: dict[str, np.ndarray], outputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Buffers to bind must already be the graph's tensors exactly (shape, dtype, contiguous):
+    a converted copy would not see later writes."""
+    bound = check_feeds(entry, inputs)
+    for name, value in bound.items():
+        if value is not inputs[name]:
+            raise EdgecapError(f"{entry.file}: buffer for input {name!r} must be a C-contiguous {value.dtype} array")
+    if len(outputs) != len(entry.outputs):
+        raise EdgecapError(f"{entry.file}: {len(outputs)} output buffers for {len(entry.outputs)} outputs")
+    for spec, dst in zip(entry.outputs, outputs, strict=True):
+        if list(dst.shape) != spec.shape or dst.dtype != np.dtype(spec.dtype) or not dst.flags.c_contiguous:
+            raise EdgecapError(f"{entry.file}: buffer for output {spec.name!r} must be a C-contiguous "
+                               f"{spec.dtype} array of shape {spec.shape}")
+    return bound
 
 
 # -- TensorRT -----------------------------------------------------------------------------------
@@ -237,10 +259,15 @@ class TrtGraph:
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         outputs = [np.empty(t.shape, np.dtype(t.dtype)) for t in self.entry.outputs]
-        self.run_into(feeds, outputs)
+        self._run_into(feeds, outputs)
         return outputs
 
-    def run_into(self, feeds: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
+    def bind(self, inputs: dict[str, np.ndarray], outputs: list[np.ndarray]) -> Callable[[], None]:
+        """Host buffers copied to and from the engine's device buffers on every call."""
+        bound = check_bound(self.entry, inputs, outputs)
+        return lambda: self._run_into(bound, outputs)
+
+    def _run_into(self, feeds: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
         cudart = self.cudart
         h2d, d2h = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
         for name, value in check_feeds(self.entry, feeds).items():

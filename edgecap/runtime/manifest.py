@@ -23,9 +23,11 @@ from edgecap.errors import EdgecapError
 
 FORMAT = "edgecap-bundle"
 # 2: preprocessing gained `crop` and `resize_size` (an older runtime would squash a frame the
-# bundle expects centre-cropped). Version 1 manifests are still read: they never crop.
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# bundle expects centre-cropped).
+# 3: the decoder step's contract (per-layer state tensors, new-slot step outputs, TopK outputs,
+# cross tensors at the image batch); a version-2 step graph returns the whole cache, which this
+# runtime does not drive, so versions 1 and 2 are refused with "re-export".
+FORMAT_VERSION = 3
 CROPS = ("none", "center")
 MANIFEST_NAME = "manifest.json"
 
@@ -225,13 +227,22 @@ class Preprocessing:
 
 @dataclass
 class DecodingState:
-    """How the encoder's cross tensors and the decoder's cache are laid out."""
+    """How the encoder's cross tensors and the decoder's cache are laid out.
+
+    The step graph reads every cache tensor and returns, for each, `cache_outputs[i]`: the new
+    position's slot along `cache_slot_axes[i]` (the runtime writes it into slot `step` in
+    place), or the whole new tensor where that axis is null. Cross tensors stay at the image
+    batch; the beams of an image are consecutive step rows. With `top_k` > 0 the step also
+    returns the `top_k` best tokens of every row (top_logprobs, top_tokens).
+    """
 
     cross_names: list[str]
     cross_batch_axes: list[int]
     cache_names: list[str]
     cache_outputs: list[str]
-    cache_batch_axis: int = 1
+    cache_batch_axis: int = 0
+    cache_slot_axes: list = field(default_factory=list)  # int or None per cache tensor
+    top_k: int = 0
     encode_extra_names: list[str] = field(default_factory=list)  # encoder inputs after features, mask
 
     @classmethod
@@ -241,13 +252,21 @@ class DecodingState:
             cross_batch_axes=_need(data, "cross_batch_axes", list, where),
             cache_names=_need(data, "cache_names", list, where),
             cache_outputs=_need(data, "cache_outputs", list, where),
-            cache_batch_axis=_opt(data, "cache_batch_axis", int, where, 1),
+            cache_batch_axis=_need(data, "cache_batch_axis", int, where),
+            cache_slot_axes=_need(data, "cache_slot_axes", list, where),
+            top_k=_opt(data, "top_k", int, where, 0),
             encode_extra_names=_opt(data, "encode_extra_names", list, where, []),
         )
         if len(state.cross_names) != len(state.cross_batch_axes):
             raise ManifestError(f"{where}.cross_batch_axes: {len(state.cross_batch_axes)} axes for {len(state.cross_names)} cross tensors")
-        if len(state.cache_names) != len(state.cache_outputs):
-            raise ManifestError(f"{where}.cache_outputs: {len(state.cache_outputs)} names for {len(state.cache_names)} cache tensors")
+        for key in ("cache_outputs", "cache_slot_axes"):
+            if len(getattr(state, key)) != len(state.cache_names):
+                raise ManifestError(f"{where}.{key}: {len(getattr(state, key))} entries for {len(state.cache_names)} cache tensors")
+        for i, axis in enumerate(state.cache_slot_axes):
+            if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int) or axis < 0):
+                raise ManifestError(f"{where}.cache_slot_axes[{i}]: {axis!r}, expected an axis (integer >= 0) or null")
+        if state.top_k < 0:
+            raise ManifestError(f"{where}.top_k: {state.top_k}, expected >= 0")
         return state
 
 
@@ -298,7 +317,7 @@ class Manifest:
         if fmt != FORMAT:
             raise ManifestError(f"{where}: format {fmt!r}, expected {FORMAT!r} (not an edgecap bundle)")
         version = _need(data, "format_version", int, where)
-        if version not in READABLE_VERSIONS:
+        if version != FORMAT_VERSION:
             newer = "re-export it with this edgecap version" if version < FORMAT_VERSION else "upgrade edgecap on this machine"
             raise ManifestError(
                 f"{where}.format_version: {version}, this runtime reads version {FORMAT_VERSION} ({newer})"

@@ -7,10 +7,10 @@
     bundle.captions(hyp)
 
 Every graph has a static batch: the visual and encoder graphs take exactly `batch_size` images,
-the decoder step `batch_size * beam_size` rows (beams are batch rows). `decode` accepts any beam
-size from 1 to `beam_size`: each image's cross rows are repeated `beam` times and the rows the
-search does not use are filled with copies of the last image's rows and ignored, so greedy
-decoding runs on the same graph as beam search.
+the decoder step `batch_size * beam_size` rows (the beams of an image are consecutive rows and
+read its cross tensors, which stay at the image batch). `decode` accepts any beam size from 1
+to `beam_size`: search row i * beam + j runs on graph row i * beam_size + j and the graph's
+other rows are never read, so greedy decoding runs on the same graph as beam search.
 """
 
 from __future__ import annotations
@@ -20,66 +20,118 @@ from pathlib import Path
 
 import numpy as np
 
-from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
+from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search, row_top_k
 from edgecap.errors import EdgecapError, require
 
 from .engines import OrtGraph, TrtGraph
 from .manifest import Manifest, load_manifest
 
 
-class BundleStepper:
-    """The decoder-step graph as a `Stepper` for contract.beam, over `used` of its R rows.
+class _CacheGroup:
+    """Cache tensors of one shape, dtype and slot axis (e.g. every layer's keys), stacked in one
+    array whose slices the graph reads and writes, so writing a step's new slots and reordering
+    beams are one numpy call for the whole group."""
 
-    The cache is two preallocated buffer sets: each step reads one and the graph writes the
-    other (onnxruntime binds them in place on CPU); reorder gathers rows along the cache's batch
-    axis into the idle set. Nothing is allocated per step except the row-index arrays.
+    def __init__(self, shape, new_shape, dtype, axis, count: int):
+        self.cache = np.zeros((count, *shape), dtype)
+        self.new = np.zeros((count, *new_shape), dtype)
+        self.axis = axis  # of the T slots in one tensor; None: the output is the whole tensor
+
+    def _slots(self, stop: int, start: int = 0):
+        return self.cache[(slice(None),) * (self.axis + 1) + (slice(start, stop),)]
+
+    def write(self, t: int) -> None:
+        np.copyto(self.cache if self.axis is None else self._slots(t + 1, t), self.new)
+
+    def move(self, src: np.ndarray, dst: np.ndarray, filled: int, batch_axis: int) -> None:
+        part = self.cache if self.axis is None else self._slots(filled)
+        view = np.moveaxis(part, batch_axis + 1, 1)
+        view[:, dst] = view[:, src]  # the right side is gathered first, so rows may swap
+
+
+class BundleStepper:
+    """The decoder-step graph as a `Stepper` for contract.beam, running `beam` of the graph's
+    beam_size rows per image.
+
+    Every buffer is allocated and bound to the graph once: token, step, the cache (read by the
+    graph where it lies), the cross tensors and the outputs (log-probs, the top-K tokens of every
+    row, each cache tensor's new slot). A step writes the new slots into slot t of the cache;
+    `reorder` moves, for the rows whose beam changed, only the t + 1 filled slots. Nothing the
+    size of the cache or the vocabulary is allocated or copied per step.
     """
 
-    def __init__(self, bundle: Bundle, cross: tuple[np.ndarray, ...], repeats: int):
-        m = bundle.manifest
-        self.graph = bundle._graphs["decoder_step"]
-        entry = self.graph.entry
-        self.rows = bundle.batch_size * bundle.beam_size
-        self.used = bundle.batch_size * repeats
-        self.axis = m.state.cache_batch_axis
-        self.cache_names = list(m.state.cache_names)
-        out_specs = {t.name: t for t in entry.outputs}
-        logp_spec = entry.outputs[0]
-        self.logprobs = np.zeros(logp_spec.shape, np.dtype(logp_spec.dtype))
-        self.cache = [np.zeros(out_specs[n].shape, np.dtype(out_specs[n].dtype)) for n in m.state.cache_outputs]
-        self.spare = [np.zeros_like(c) for c in self.cache]
-        self.bundle = bundle
-        self.cross_buffers = bundle._expand(cross, repeats)
-        self.feeds = dict(zip(m.state.cross_names, self.cross_buffers, strict=False))
-        self.token = np.zeros(self.rows, np.int64)
+    def __init__(self, bundle: Bundle, cross: tuple[np.ndarray, ...], beam: int):
+        state = bundle.manifest.state
+        graph = bundle._graphs["decoder_step"]
+        entry = graph.entry
+        images, per_image = bundle.batch_size, bundle.beam_size
+        # search row i * beam + j -> graph row i * beam_size + j
+        self.rows = (np.arange(images)[:, None] * per_image + np.arange(beam)[None, :]).reshape(-1)
+        self.identity = beam == per_image
+        self.batch_axis = state.cache_batch_axis
+        ins, outs = {t.name: t for t in entry.inputs}, {t.name: t for t in entry.outputs}
+        self.token = np.zeros(images * per_image, np.int64)
         self.step = np.zeros((), np.int64)
-        # token, step and the cross buffers are updated in place; only the cache entries
-        # change identity (read set / write set swap), so one feed dict serves every step
-        self.feeds.update(token=self.token, step=self.step)
-        self.all_rows = np.arange(self.rows, dtype=np.int64)
+        # the exporter drops inputs a graph never reads (an LSTM's step); those get no buffer
+        self.cross_names = list(state.cross_names)
+        self.cross = {n: np.zeros(ins[n].shape, np.dtype(ins[n].dtype)) for n in state.cross_names if n in ins}
+        bound: dict[str, np.ndarray] = {}
+        members: dict[tuple, list[tuple[str, str]]] = {}
+        for name, out, axis in zip(state.cache_names, state.cache_outputs, state.cache_slot_axes, strict=True):
+            if name in ins:
+                key = (tuple(ins[name].shape), tuple(outs[out].shape), ins[name].dtype, axis)
+                members.setdefault(key, []).append((name, out))
+        self.groups = []
+        for (shape, new_shape, dtype, axis), names in members.items():
+            group = _CacheGroup(shape, new_shape, np.dtype(dtype), axis, len(names))
+            for i, (name, out) in enumerate(names):
+                bound[name], bound[out] = group.cache[i], group.new[i]
+            self.groups.append(group)
+        self.outputs = [bound[t.name] if t.name in bound else np.zeros(t.shape, np.dtype(t.dtype)) for t in entry.outputs]
+        out = dict(zip(outs, self.outputs, strict=True))
+        self.logprobs = out["logprobs"]
+        self.top = (out["top_logprobs"], out["top_tokens"]) if state.top_k else None
+        inputs = {"token": self.token, "step": self.step, **self.cross, **{n: bound[n] for n in ins if n in bound}}
+        self.run = graph.bind(inputs, self.outputs)
+        self.filled = 0
+        self.reset(cross)
 
     def reset(self, cross: tuple[np.ndarray, ...]) -> BundleStepper:
         """Start a new batch of images in the same buffers (no allocation per frame)."""
-        self.bundle._expand(cross, self.used // self.bundle.batch_size, out=self.cross_buffers)
-        for buffer in self.cache:
-            buffer.fill(0)
+        for name, value in zip(self.cross_names, cross, strict=True):
+            if name in self.cross:
+                np.copyto(self.cross[name], value)
+        for group in self.groups:
+            group.cache.fill(0)
+        self.filled = 0
         return self
 
-    def __call__(self, tokens: np.ndarray, t: int) -> np.ndarray:
-        self.token[: self.used] = tokens
-        self.token[self.used :] = tokens[-1] if self.used else 0
+    def _run(self, tokens: np.ndarray, t: int) -> None:
+        self.token[self.rows] = tokens
         self.step[...] = t
-        self.feeds.update(zip(self.cache_names, self.cache, strict=False))
-        self.graph.run_into(self.feeds, [self.logprobs, *self.spare])
-        self.cache, self.spare = self.spare, self.cache
-        return self.logprobs[: self.used]
+        self.run()
+        for group in self.groups:
+            group.write(t)
+        self.filled = t + 1
+
+    def __call__(self, tokens: np.ndarray, t: int) -> np.ndarray:
+        self._run(tokens, t)
+        return self.logprobs if self.identity else self.logprobs[self.rows]
+
+    def top_k(self, tokens: np.ndarray, t: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.top is None:
+            return row_top_k(self(tokens, t), k)
+        self._run(tokens, t)
+        values, ids = self.top
+        return values[self.rows, :k], ids[self.rows, :k]
 
     def reorder(self, rows: np.ndarray) -> None:
-        full = self.all_rows.copy()
-        full[: self.used] = rows
-        for src, dst in zip(self.cache, self.spare, strict=False):
-            np.take(src, full, axis=self.axis, out=dst)
-        self.cache, self.spare = self.spare, self.cache
+        src, dst = self.rows[rows], self.rows
+        moved = src != dst
+        if not moved.any():
+            return
+        for group in self.groups:
+            group.move(src[moved], dst[moved], self.filled, self.batch_axis)
 
 
 class Bundle:
@@ -203,25 +255,9 @@ class Bundle:
             )
         return tuple(self._graphs["encoder"].run(dict(zip(names, (feats, mask, *extra), strict=False))))
 
-    def _expand(self, cross, repeats: int, out: list[np.ndarray] | None = None) -> list[np.ndarray]:
-        """Each image's rows `repeats` times along its batch axis, padded to the graph's rows
-        with copies of the last one; written into `out` when given."""
-        rows = self.batch_size * self.beam_size
-        result = []
-        for i, (value, axis) in enumerate(zip(cross, self.manifest.state.cross_batch_axes, strict=False)):
-            value = np.asarray(value)
-            index = np.repeat(np.arange(value.shape[axis]), repeats)
-            index = np.concatenate([index, np.full(rows - index.size, index[-1])])
-            if out is None:
-                result.append(np.ascontiguousarray(np.take(value, index, axis=axis)))
-            else:
-                np.take(value, index, axis=axis, out=out[i])
-                result.append(out[i])
-        return result
-
-    def stepper(self, cross: tuple[np.ndarray, ...], repeats: int | None = None) -> BundleStepper:
-        """A Stepper over batch * repeats rows (default: all batch * beam_size rows)."""
-        return BundleStepper(self, cross, self.beam_size if repeats is None else repeats)
+    def stepper(self, cross: tuple[np.ndarray, ...], beam: int | None = None) -> BundleStepper:
+        """A Stepper over batch * beam rows (default: all batch * beam_size rows)."""
+        return BundleStepper(self, cross, self.beam_size if beam is None else beam)
 
     def decode(self, cross: tuple[np.ndarray, ...], options: DecodeOptions | None = None) -> Hypotheses:
         options = options or DecodeOptions(beam_size=self.beam_size, max_len=self.max_len,

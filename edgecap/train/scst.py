@@ -56,7 +56,7 @@ class SCST:
             feats, fmask = model.visual(inputs, mask)
             cross = model.encode(feats, fmask, *extra)
             batch = feats.shape[0]
-            stepper = CachedStepper(model, cross, batch * beams, beams)
+            stepper = CachedStepper(model, cross, batch * beams)
             cfg = model.cfg
             return beam_search(stepper, batch, DecodeOptions(beam_size=beams, max_len=self.max_len),
                                cfg.bos_id, cfg.eos_id, cfg.pad_id)

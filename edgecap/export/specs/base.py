@@ -3,12 +3,17 @@
     visual        images [B, 3, H, W] float32            -> features [B, N, D_in], mask [B, N] bool
     encoder       features [B, N, D_in], mask [B, N], and the model's extra encode inputs
                   (`encode_extra_names`, e.g. RA-T's retrieved captions) -> the cross tensors
-    decoder_step  token [R] int64, step [] int64, cache tensors, cross tensors (R rows each)
-                                                         -> logprobs [R, V], updated cache tensors
+    decoder_step  token [R] int64, step [] int64, cache tensors [R, ...], cross tensors [B, ...]
+                  -> logprobs [R, V], top_logprobs / top_tokens [R, K] (TopK: the K best tokens of
+                     every row, ties to the lower id), and per cache tensor its new slot
 
-with B = batch and R = batch * beam. Inputs and outputs are named after `model.cache_names` and
-`model.cross_names`; updated cache outputs get the suffix `_out`. A subclass (one per decoder
-kind) sets the tolerances and declares inputs its step graph does not read.
+with B = batch, K = beam and R = B * K (the beams of an image consecutive). A tensor the model
+stacks per decoder layer (cache fields, cross K/V) is a separate graph tensor per layer,
+`<name>.<layer>`: onnxruntime copies any slice of a graph input, so a stacked input would be
+copied every step. The step returns only what changed, `<cache name>.new`: the new position's
+slot (the runtime writes it in place; `cache_slot_axes` in the manifest) or, for a recurrent
+state, the whole new state. A subclass (one per decoder kind) sets the tolerances and declares
+inputs its step graph does not read.
 """
 
 from __future__ import annotations
@@ -19,7 +24,34 @@ import torch
 from torch import nn
 
 TOKEN, STEP, LOGPROBS = "token", "step", "logprobs"
-CACHE_OUT_SUFFIX = "_out"
+TOP_LOGPROBS, TOP_TOKENS = "top_logprobs", "top_tokens"
+CACHE_OUT_SUFFIX = ".new"
+
+
+def layer_names(names, layered, layers: int) -> list[str]:
+    """Graph tensor names: `<name>.<i>` for each layer of a layered tensor, else `<name>`."""
+    out = []
+    for name, split in zip(names, layered, strict=True):
+        out.extend([f"{name}.{i}" for i in range(layers)] if split else [name])
+    return out
+
+
+def split_layers(tensors, layered) -> list:
+    """Stacked tensors -> the graph's flat list (layered ones one tensor per layer)."""
+    out = []
+    for tensor, split in zip(tensors, layered, strict=True):
+        out.extend(tensor.unbind(0) if split else [tensor])
+    return out
+
+
+def join_layers(flat, layered, layers: int) -> tuple:
+    """The graph's flat list -> one entry per model tensor (a list of layers where layered);
+    the model indexes a list by layer as it indexes a stacked tensor."""
+    out, i = [], 0
+    for split in layered:
+        out.append(list(flat[i:i + layers]) if split else flat[i])
+        i += layers if split else 1
+    return tuple(out)
 
 
 @dataclass
@@ -49,19 +81,23 @@ class _Encoder(nn.Module):
         self.model = model
 
     def forward(self, feats, mask, *extra):
-        return tuple(self.model.encode(feats, mask, *extra))
+        return tuple(split_layers(self.model.encode(feats, mask, *extra), self.model.cross_layered))
 
 
 class _Step(nn.Module):
-    def __init__(self, model):
+    def __init__(self, model, cache_layers: int, cross_layers: int, top_k: int):
         super().__init__()
         self.model = model
-        self.n_cache = len(model.cache_names)
+        self.cache_layers, self.cross_layers, self.top_k = cache_layers, cross_layers, top_k
+        self.n_cache = len(model.cache_names) * cache_layers
 
     def forward(self, token, step, *state):
-        cache, cross = tuple(state[: self.n_cache]), tuple(state[self.n_cache :])
-        logprobs, cache = self.model.step(token, step, cache, cross)
-        return (logprobs, *cache)
+        m = self.model
+        cache = join_layers(state[: self.n_cache], (True,) * len(m.cache_names), self.cache_layers)
+        cross = join_layers(state[self.n_cache:], m.cross_layered, self.cross_layers)
+        logprobs, new = m.step(token, step, cache, cross)
+        top, tokens = torch.topk(logprobs, self.top_k, dim=-1)
+        return (logprobs, top, tokens, *[t for per_layer in new for t in per_layer])
 
 
 class ExportSpec:
@@ -84,6 +120,10 @@ class ExportSpec:
             from edgecap.errors import EdgecapError
 
             raise EdgecapError(f"model {self.cfg.name!r}: init_cache is not all zeros; bundles start the cache at zeros")
+        # every cache field is stacked per layer on axis 0; layered cross tensors per decoder layer
+        self.cache_layers = int(cache[0].shape[0])
+        self.cross_layers = int(self.cfg.dec_layers)
+        self.top_k = min(beam, self.cfg.vocab_size)
 
     # -- what the bundle says about the model ----------------------------------------------------
     @property
@@ -92,14 +132,22 @@ class ExportSpec:
 
     def state(self) -> dict:
         m = self.model
+        cache_names = layer_names(m.cache_names, (True,) * len(m.cache_names), self.cache_layers)
         return {
-            "cross_names": list(m.cross_names),
-            "cross_batch_axes": [int(a) for a in m.cross_batch_axes],
-            "cache_names": list(m.cache_names),
-            "cache_outputs": [n + CACHE_OUT_SUFFIX for n in m.cache_names],
-            "cache_batch_axis": int(m.cache_batch_axis),
+            "cross_names": layer_names(m.cross_names, m.cross_layered, self.cross_layers),
+            "cross_batch_axes": [int(a) - 1 if split else int(a) for a, split in zip(m.cross_batch_axes, m.cross_layered, strict=True)
+                                 for _ in range(self.cross_layers if split else 1)],
+            "cache_names": cache_names,
+            "cache_outputs": [n + CACHE_OUT_SUFFIX for n in cache_names],
+            "cache_batch_axis": int(m.cache_batch_axis) - 1,
+            "cache_slot_axes": [None if a is None else int(a) - 1 for a in m.cache_slot_axes for _ in range(self.cache_layers)],
+            "top_k": self.top_k,
             "encode_extra_names": list(self.extra_names),
         }
+
+    def flat_cross(self, cross) -> list:
+        """The model's cross tensors as the encoder graph outputs them (layers apart)."""
+        return split_layers(cross, self.model.cross_layered)
 
     def preprocessing(self) -> dict | None:
         if not self.takes_images:
@@ -174,21 +222,21 @@ class ExportSpec:
             out.append(GraphSpec("visual", _Visual(self.model).eval(), ["images"], ["features", "mask"], front,
                                  self.visual_atol))
         out.append(GraphSpec("encoder", _Encoder(self.model).eval(), ["features", "mask", *self.extra_names],
-                             list(self.model.cross_names), (feats, mask, *extra), self.encoder_atol))
+                             self.state()["cross_names"], (feats, mask, *extra), self.encoder_atol))
         out.append(self.step_graph(feats, mask, extra))
         return out
 
     def step_graph(self, feats, mask, extra=()) -> GraphSpec:
         m = self.model
-        cross = m.expand_cross(m.encode(feats, mask, *extra), self.beam)
-        cache = m.init_cache(self.rows)
+        cross = self.flat_cross(m.encode(feats, mask, *extra))
+        cache = split_layers(m.init_cache(self.rows), (True,) * len(m.cache_names))
         token = torch.full((self.rows,), self.cfg.bos_id, dtype=torch.long)
         step = torch.tensor(0, dtype=torch.long)
         state = self.state()
         return GraphSpec(
-            "decoder_step", _Step(m).eval(),
+            "decoder_step", _Step(m, self.cache_layers, self.cross_layers, self.top_k).eval(),
             [TOKEN, STEP, *state["cache_names"], *state["cross_names"]],
-            [LOGPROBS, *state["cache_outputs"]],
+            [LOGPROBS, TOP_LOGPROBS, TOP_TOKENS, *state["cache_outputs"]],
             (token, step, *cache, *cross),
             self.step_atol,
             unused_inputs=self.step_unused_inputs,

@@ -4,6 +4,14 @@ A variant changes only what it must: extra always-visible key/value slots (`extr
 transform of the input keys (`adjust_keys`). Full-sequence attention (`forward`) and one
 decoding step against a static cache (`step`) share the same code, which is what makes
 incremental decoding equal to running the whole prefix.
+
+A decoding step never rewrites its cache: it attends to the slots written before (`step`
+masks the rest) plus its own new key/value as a separate block, and returns that new key /
+value for the caller to write into slot `step` in place. Keys shared by several query rows
+(an image's cross K/V, read by all its beams) are kept once per image; `attend` groups the
+rows' queries per image instead of copying the keys per beam. Keys are kept transposed,
+[..., H, dh, L] (values [..., H, L, dh]), the layout the score matmul reads: the cross keys and
+the cache are graph inputs, and onnxruntime would copy a transposed view of one every step.
 """
 
 from __future__ import annotations
@@ -20,15 +28,25 @@ from edgecap.models.registry import DECODER_SELF_ATTENTION, ENCODER_ATTENTION
 MASK_VALUE = -1e9
 
 
-def write_slot(cache: torch.Tensor, new: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
-    """Write `new` [B, H, 1, dh] into slot `step` of `cache` [B, H, T, dh] without scatter.
+def slots_before(cache_v: torch.Tensor, step: torch.Tensor, dims: int = 4) -> torch.Tensor:
+    """Which of the value cache's T slots (axis -2 of [..., T, dh]) hold earlier positions:
+    bool [1, ..., 1, T] with `dims` axes, for masking attention scores."""
+    slots = torch.arange(cache_v.shape[-2], device=cache_v.device)
+    return (slots < step).view((1,) * (dims - 1) + (-1,))
 
-    A comparison against arange(T) plus Where keeps every shape static, so the exported graph
-    has no data-dependent indexing for TensorRT to reject.
-    """
-    slots = torch.arange(cache.shape[2], device=cache.device)
-    hit = (slots == step).view(1, 1, -1, 1)
-    return torch.where(hit, new.to(cache.dtype), cache)
+
+def group_rows(q: torch.Tensor, groups: int) -> torch.Tensor:
+    """[R, H, L, dh] -> [G, H, R/G * L, dh]: consecutive rows (one image's beams) become one
+    row whose queries are the beams' queries in order."""
+    rows, h, length, dh = q.shape
+    return q.view(groups, rows // groups, h, length, dh).transpose(1, 2).reshape(groups, h, rows // groups * length, dh)
+
+
+def ungroup_rows(out: torch.Tensor, rows: int, length: int) -> torch.Tensor:
+    """The inverse of `group_rows` on [..., G, H, R/G * L, dh] -> [..., R, H, L, dh]."""
+    *lead, groups, h, _, dh = out.shape
+    out = out.reshape(*lead, groups, h, rows // groups, length, dh).transpose(-4, -3)
+    return out.reshape(*lead, rows, h, length, dh)
 
 
 @ENCODER_ATTENTION.register("plain")
@@ -51,14 +69,14 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.n_heads, self.d_head).transpose(1, 2)
 
-    # [B, H, L, dh] -> [B, L, d]
+    # [..., B, H, L, dh] -> [..., B, L, d]
     def merge(self, x: torch.Tensor) -> torch.Tensor:
-        b, _, n, _ = x.shape
-        return x.transpose(1, 2).reshape(b, n, self.d_model)
+        *lead, b, _, n, _ = x.shape
+        return x.transpose(-3, -2).reshape(*lead, b, n, self.d_model)
 
-    def extra_kv(self, batch: int):
-        """Extra keys and values [B, H, M, dh] and which of the M are visible ([M] bool, or
-        None for all), or None for no extra slots."""
+    def extra_kv(self):
+        """Extra keys [1, H, dh, M] and values [1, H, M, dh] shared by every row, and which of
+        the M are visible ([M] bool, or None for all), or None for no extra slots."""
         return None
 
     def adjust_keys(self, k: torch.Tensor) -> torch.Tensor:
@@ -66,25 +84,56 @@ class MultiHeadAttention(nn.Module):
         return k
 
     def project_kv(self, keys: torch.Tensor, values: torch.Tensor):
-        """Projected input keys and values [B, H, L, dh]; cross-attention caches these."""
-        return self.adjust_keys(self.split(self.fc_k(keys))), self.split(self.fc_v(values))
+        """Projected input keys [B, H, dh, L] (transposed) and values [B, H, L, dh];
+        cross-attention caches these."""
+        return self.adjust_keys(self.split(self.fc_k(keys))).transpose(-1, -2), self.split(self.fc_v(values))
 
-    def attend(self, q, k, v, mask):
-        """q [B,H,Lq,dh], k/v [B,H,Lk,dh], mask bool broadcastable to [B,H,Lq,Lk] (True = visible)."""
-        extra = self.extra_kv(q.shape[0])
+    def attend(self, q, k, v, mask, bias=None, current=None):
+        """Attention of q [R, H, Lq, dh] over the keys k [..., Bk, H, dh, Lk] (transposed) and
+        values v [..., Bk, H, Lk, dh], the layer's extra slots, and in a decoding step the
+        position's own key and value.
+
+        mask: bool broadcastable to the scores [..., Bk, H, Lq, Lk], True = visible; bias: added
+        to those scores before masking (ACF's log C). Bk is R, or B images whose R / B
+        consecutive rows (their beams) share the keys: the rows' queries are then grouped per
+        image. Leading dims of k batch several attentions (M2's encoder levels) -> [..., R, H,
+        Lq, dh]. current: (k [R, H, dh, Lq], v [R, H, Lq, dh], bias or None), always visible.
+        Every block is scored on its own and one softmax normalises them all, as if their keys
+        were concatenated, so nothing the size of the cache or the memory is copied.
+        """
+        rows, length, shared = q.shape[0], q.shape[2], k.shape[-4]
+        grouped = shared != rows
+        if grouped:
+            if rows % shared or current is not None:
+                raise ValueError(f"{rows} query rows cannot share keys of {shared} images")
+            q = group_rows(q, shared)
+        scale = math.sqrt(self.d_head)
+        blocks = []
+        extra = self.extra_kv()
         if extra is not None:
-            mk, mv, extra_visible = extra
-            k = torch.cat([mk, k], dim=2)
-            v = torch.cat([mv, v], dim=2)
-            if extra_visible is None:
-                extra_visible = torch.ones(mk.shape[2], dtype=torch.bool, device=mask.device)
-            # [M] -> same leading dims as mask, then prepend along the key axis
-            shape = torch.broadcast_shapes(mask.shape[:-1], (1,) * (mask.dim() - 1))
-            visible = extra_visible.view((1,) * (mask.dim() - 1) + (-1,)).expand(shape + (-1,))
-            mask = torch.cat([visible, mask.to(torch.bool)], dim=-1)
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.d_head)
-        scores = scores.masked_fill(~mask, MASK_VALUE)
-        return torch.matmul(torch.softmax(scores, dim=-1), v)
+            mk, mv, visible = extra
+            scores = torch.matmul(q, mk) / scale
+            if visible is not None:
+                scores = scores.masked_fill(~visible.view(1, 1, 1, -1), MASK_VALUE)
+            blocks.append((scores, mv))
+        scores = torch.matmul(q, k) / scale
+        if bias is not None:
+            scores = scores + bias
+        blocks.append((scores.masked_fill(~mask, MASK_VALUE), v))
+        if current is not None:
+            ck, cv, cbias = current
+            scores = torch.matmul(q, ck) / scale
+            blocks.append((scores if cbias is None else scores + cbias, cv))
+        if len(blocks) == 1:
+            out = torch.matmul(torch.softmax(blocks[0][0], dim=-1), v)
+        else:
+            probs = torch.softmax(torch.cat([b[0] for b in blocks], dim=-1), dim=-1)
+            out, start = 0, 0
+            for scores, values in blocks:
+                width = scores.shape[-1]
+                out = out + torch.matmul(probs[..., start:start + width], values)
+                start += width
+        return ungroup_rows(out, rows, length) if grouped else out
 
     def forward(self, queries, keys, values, mask):
         k, v = self.project_kv(keys, values)
@@ -114,18 +163,17 @@ class MultiHeadAttention(nn.Module):
         return self.forward(x, x, x, mask), carry
 
     def decode_step(self, x, cache, step, side, carry):
+        """-> (output, the new position's values of this layer's cache fields, carry)."""
         out, k, v = self.step(x, cache[0], cache[1], step)
         return out, (k, v), carry
 
     def step(self, x, cache_k, cache_v, step):
         """One query position against a static cache.
 
-        x [B, 1, d]; cache_k / cache_v [B, H, T, dh]; step: 0-d int64 tensor.
-        Returns (out [B, 1, d], cache_k, cache_v) with slot `step` written.
+        x [R, 1, d]; cache_k [R, H, dh, T] / cache_v [R, H, T, dh] with positions < step
+        filled; step: 0-d int64 tensor. Returns (out [R, 1, d], k [R, H, dh, 1], v [R, H, 1,
+        dh]): the position's own key and value, which the caller writes into slot `step`.
         """
         k, v = self.project_kv(x, x)
-        cache_k = write_slot(cache_k, k, step)
-        cache_v = write_slot(cache_v, v, step)
-        visible = (torch.arange(cache_k.shape[2], device=x.device) <= step).view(1, 1, 1, -1)
-        out = self.attend(self.split(self.fc_q(x)), cache_k, cache_v, visible)
-        return self.fc_o(self.merge(out)), cache_k, cache_v
+        out = self.attend(self.split(self.fc_q(x)), cache_k, cache_v, slots_before(cache_v, step), current=(k, v, None))
+        return self.fc_o(self.merge(out)), k, v

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from edgecap.errors import EdgecapError
-from edgecap.models.attention.base import MASK_VALUE, MultiHeadAttention, write_slot
+from edgecap.models.attention.base import MultiHeadAttention, slots_before
 from edgecap.models.registry import DECODER_SELF_ATTENTION, ENCODER_ATTENTION
 
 # Floor of C~ before the log: a weight of 1e-6 is negligible, and it stays representable
@@ -85,16 +85,10 @@ class _ClusteringBase(MultiHeadAttention):
         w = self.fc.weight[0]
         return s @ w[:d] + self.fc.bias[0], s @ w[d:]
 
-    def attend_biased(self, q, k, v, mask, bias):
-        """Scaled dot-product attention with an additive bias [B, 1, Lq, Lk] (log C~)."""
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.d_head) + bias
-        scores = scores.masked_fill(~mask, MASK_VALUE)
-        return torch.matmul(torch.softmax(scores, dim=-1), v)
-
     def biased_forward(self, x, mask, bias):
         q = self.split(self.fc_q(x))
         k, v = self.project_kv(x, x)
-        return self.fc_o(self.merge(self.attend_biased(q, k, v, mask, bias)))
+        return self.fc_o(self.merge(self.attend(q, k, v, mask, bias=bias)))
 
 
 @DECODER_SELF_ATTENTION.register("clustering")
@@ -113,24 +107,23 @@ class ClusteringSelfAttention(_ClusteringBase):
 
     def decode_step(self, x, cache, step, side, carry):
         cache_k, cache_v, cache_a, cache_u = cache
-        a, u = self.scalars(self.norm_s(x))  # [B, 1]
+        a, u = self.scalars(self.norm_s(x))  # [B, 1]: the new position's slots of clu_a, clu_u
         slots = torch.arange(cache_a.shape[1], device=x.device)
         hit = (slots == step).view(1, -1)
-        cache_a = torch.where(hit, a.to(cache_a.dtype), cache_a)
-        cache_u = torch.where(hit, u.to(cache_u.dtype), cache_u)
+        all_a = torch.where(hit, a.to(cache_a.dtype), cache_a)
+        all_u = torch.where(hit, u.to(cache_u.dtype), cache_u)
         # Row `step` of log C: sum over k <= step of log p_ik, for every key i (i > step is
         # masked below; slots after `step` hold stale values and are excluded by k <= step).
-        links = log_links(cache_a, cache_u)
+        links = log_links(all_a, all_u)
         row = torch.where((slots <= step).view(1, 1, -1), links, torch.zeros_like(links)).sum(-1)
         log_c, carry = accumulate(torch.exp(row).unsqueeze(1), carry)  # [B, 1, T]
+        bias = log_c.unsqueeze(1)  # [B, 1, 1, T]; the position's own entry goes with its key
+        own = torch.where(hit.view(1, 1, 1, -1), bias, torch.zeros_like(bias)).sum(-1, keepdim=True)
 
         k, v = self.project_kv(x, x)
-        cache_k = write_slot(cache_k, k, step)
-        cache_v = write_slot(cache_v, v, step)
-        visible = (slots <= step).view(1, 1, 1, -1)
         q = self.split(self.fc_q(x))
-        out = self.attend_biased(q, cache_k, cache_v, visible, log_c.unsqueeze(1))
-        return self.fc_o(self.merge(out)), (cache_k, cache_v, cache_a, cache_u), carry
+        out = self.attend(q, cache_k, cache_v, slots_before(cache_v, step), bias=bias, current=(k, v, own))
+        return self.fc_o(self.merge(out)), (k, v, a, u), carry
 
 
 @ENCODER_ATTENTION.register("clustering")

@@ -2,7 +2,8 @@
 
 Cross modules own their residual and layer norm because the meshed variant normalises each
 encoder level before gating. Keys/values are projected once per image (`project`) and passed
-to every decoding step, as the exported encoder graph does.
+to every decoding step, as the exported encoder graph does; a step's R = B * beam query rows
+read them at batch B (the beams of an image share its keys).
 """
 
 from __future__ import annotations
@@ -27,15 +28,20 @@ class CrossAttention(nn.Module):
         return 1
 
     def project(self, levels: torch.Tensor):
-        """levels [n_enc, B, N, d] -> keys, values [1, B, H, N, dh] from the last level."""
+        """levels [n_enc, B, N, d] -> keys [1, B, H, dh, N], values [1, B, H, N, dh] from the
+        last level."""
         k, v = self.attention.project_kv(levels[-1], levels[-1])
         return k.unsqueeze(0), v.unsqueeze(0)
 
-    def attend_level(self, x, k, v, enc_mask):
-        """x [B, L, d]; k/v [B, H, N, dh]; enc_mask [B, N] bool -> LN(x + att) [B, L, d]."""
+    def attend_levels(self, x, k, v, enc_mask):
+        """x [R, L, d]; k [n, B, H, dh, N], v [n, B, H, N, dh] (n encoder levels of B images, whose R / B beams
+        share them); enc_mask [B, N] bool -> LN(x + att) for every level [n, R, L, d].
+
+        One call for all levels: the query and output projections run once, each image's keys
+        are read once whatever the beam size, and no level is sliced out of its input."""
         att = self.attention
         out = att.attend(att.split(att.fc_q(x)), k, v, enc_mask[:, None, None, :])
         return self.norm(x + self.dropout(att.fc_o(att.merge(out))))
 
     def forward(self, x, k, v, enc_mask):
-        return self.attend_level(x, k[0], v[0], enc_mask)
+        return self.attend_levels(x, k, v, enc_mask)[0]

@@ -27,10 +27,10 @@ class MemoryAttention(MultiHeadAttention):
         nn.init.normal_(self.m_k, 0, 1 / self.d_head)
         nn.init.normal_(self.m_v, 0, 1 / max(self.slots, 1))
 
-    def extra_kv(self, batch: int):
+    def extra_kv(self):
         if self.slots == 0:
             return None
-        # [1, M, d] -> [B, H, M, dh]
-        mk = self.split(math.sqrt(self.d_head) * self.m_k).expand(batch, -1, -1, -1)
-        mv = self.split(math.sqrt(self.slots) * self.m_v).expand(batch, -1, -1, -1)
+        # [1, M, d] -> keys [1, H, dh, M], values [1, H, M, dh], broadcast over the batch
+        mk = self.split(math.sqrt(self.d_head) * self.m_k).transpose(-1, -2)
+        mv = self.split(math.sqrt(self.slots) * self.m_v)
         return mk, mv, None

@@ -30,15 +30,16 @@ class MeshedCrossAttention(CrossAttention):
         return cfg.enc_layers
 
     def project(self, levels):
-        """levels [n_enc, B, N, d] -> keys, values [n_enc, B, H, N, dh]."""
+        """levels [n_enc, B, N, d] -> keys [n_enc, B, H, dh, N], values [n_enc, B, H, N, dh]."""
         n, b, length, d = levels.shape
         k, v = self.attention.project_kv(levels.reshape(n * b, length, d), levels.reshape(n * b, length, d))
         return k.view(n, b, *k.shape[1:]), v.view(n, b, *v.shape[1:])
 
     def forward(self, x, k, v, enc_mask):
+        levels = self.attend_levels(x, k, v, enc_mask)  # [N, R, L, d]: every C_i in one call
         total = 0
         for level, gate in enumerate(self.gates):
-            c = self.attend_level(x, k[level], v[level], enc_mask)
+            c = levels[level]
             alpha = torch.sigmoid(gate(torch.cat([x, c], dim=-1)))
             total = total + c * alpha
         return total / math.sqrt(len(self.gates))

@@ -60,17 +60,16 @@ class PrototypeAttention(MultiHeadAttention):
             return k
         return k + seg.view(1, self.n_heads, 1, self.d_head)
 
-    def extra_kv(self, batch: int):
+    def extra_kv(self):
         if self.proto_k.shape[0] == 0:
             return None
         keys = self.proto_k
         seg = self._segment(MEMORY_SEGMENT)
         if seg is not None:
             keys = keys + seg
-        # [m, d] -> [B, H, m, dh]
-        mk = self.split(keys.unsqueeze(0)).expand(batch, -1, -1, -1)
-        mv = self.split(self.proto_v.unsqueeze(0)).expand(batch, -1, -1, -1)
-        return mk, mv, self.proto_valid
+        # [m, d] -> keys [1, H, dh, m], values [1, H, m, dh], broadcast over the batch
+        mk = self.split(keys.unsqueeze(0)).transpose(-1, -2)
+        return mk, self.split(self.proto_v.unsqueeze(0)), self.proto_valid
 
     def forward(self, queries, keys, values, mask):
         if self.training and self.observer is not None:

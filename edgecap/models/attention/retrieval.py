@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgecap.models.attention.base import MultiHeadAttention, write_slot
+from edgecap.models.attention.base import MultiHeadAttention, slots_before
 from edgecap.models.core import FeedForward, sinusoid_table
 from edgecap.models.registry import DECODER_SELF_ATTENTION
 
@@ -86,17 +86,20 @@ class KnnAugmentedAttention(MultiHeadAttention):
         return MemoryEncoder(cfg)
 
     def project_side(self, states):
-        """states [B, M, d] -> memory keys, values [B, H, M, dh] (once per image)."""
-        return self.split(self.mem_k(states)), self.split(self.mem_v(states))
+        """states [B, M, d] -> memory keys [B, H, dh, M], values [B, H, M, dh] (once per image)."""
+        return self.split(self.mem_k(states)).transpose(-1, -2), self.split(self.mem_v(states))
 
     def mix(self, q, own, side):
-        """q [B,H,L,dh]; own = self-attention heads [B,H,L,dh]; side = (k, v [B,H,M,dh], visible [B,M])."""
+        """q [R,H,L,dh]; own = self-attention heads [R,H,L,dh]; side = (k [B,H,dh,M], v [B,H,M,dh],
+        visible [B,M]) of the R rows' B images (R / B beams each)."""
         mem_k, mem_v, visible = side
         memory = self.attend(q, mem_k, mem_v, visible[:, None, None, :])
         # An image with no retrieved caption must not attend uniformly to padding.
-        has_memory = visible.to(q.dtype).amax(dim=-1).view(-1, 1, 1, 1)
+        has_memory = visible.to(q.dtype).amax(dim=-1)
+        if has_memory.shape[0] != q.shape[0]:
+            has_memory = has_memory.repeat_interleave(q.shape[0] // has_memory.shape[0])
         alpha = torch.sigmoid(self.gate)
-        return self.fc_o(self.merge(alpha * own + (1 - alpha) * memory * has_memory))
+        return self.fc_o(self.merge(alpha * own + (1 - alpha) * memory * has_memory.view(-1, 1, 1, 1)))
 
     def decode_prefix(self, x, mask, side, carry):
         q = self.split(self.fc_q(x))
@@ -105,8 +108,6 @@ class KnnAugmentedAttention(MultiHeadAttention):
 
     def decode_step(self, x, cache, step, side, carry):
         k, v = self.project_kv(x, x)
-        cache_k = write_slot(cache[0], k, step)
-        cache_v = write_slot(cache[1], v, step)
-        visible = (torch.arange(cache_k.shape[2], device=x.device) <= step).view(1, 1, 1, -1)
         q = self.split(self.fc_q(x))
-        return self.mix(q, self.attend(q, cache_k, cache_v, visible), side), (cache_k, cache_v), carry
+        own = self.attend(q, cache[0], cache[1], slots_before(cache[1], step), current=(k, v, None))
+        return self.mix(q, own, side), (k, v), carry
