@@ -41,21 +41,23 @@ def matmul_throughput(n: int = 1024, repeats: int = 5, threads: int | None = Non
     return 2 * n**3 / best
 
 
-def step_cost(model, rows: int) -> dict:
-    """Bytes and FLOPs of one decode step for `rows` rows, counted from the model itself.
+def step_cost(model, batch: int, beam: int) -> dict:
+    """Bytes and FLOPs of one decode step for batch * beam rows, counted from the model itself.
 
     Weights read = parameters that receive a gradient from one step (so cross-attention K/V
     projections, run once per image, are not counted) plus prototype buffers; the embedding
-    table counts only the rows it looks up. FLOPs from torch's flop counter.
+    table counts only the rows it looks up. The cross K/V are read once per image (the beams of
+    an image share them), the self-attention cache once per row. FLOPs from torch's flop counter.
     """
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     cfg = model.cfg
-    feats = torch.randn(1, cfg.n_regions, cfg.d_in)
-    mask = torch.ones(1, cfg.n_regions, dtype=torch.bool)
+    rows = batch * beam
+    feats = torch.randn(batch, cfg.n_regions, cfg.d_in)
+    mask = torch.ones(batch, cfg.n_regions, dtype=torch.bool)
     with torch.no_grad():
-        cross = model.expand_cross(model.encode(feats, mask, *model.encode_extra_example(1)), rows)
+        cross = model.encode(feats, mask, *model.encode_extra_example(batch))
     cache = model.init_cache(rows)
     token = torch.full((rows,), cfg.bos_id, dtype=torch.long)
     step = torch.tensor(0, dtype=torch.long)
@@ -85,7 +87,18 @@ def step_cost(model, rows: int) -> dict:
     }
 
 
-def step_bound_seconds(cost: dict, bandwidth: float, flops_per_s: float, weight_scale: float = 1.0) -> float:
-    """weight_scale: bytes per weight relative to fp32 (0.25 for int8 weights)."""
+def step_limits(cost: dict, bandwidth: float, flops_per_s: float, weight_scale: float = 1.0) -> tuple[float, float]:
+    """(seconds to move the step's bytes, seconds to do its FLOPs); weight_scale: bytes per
+    weight relative to fp32 (0.25 for int8 weights)."""
     moved = cost["weight_bytes"] * weight_scale + cost["cache_bytes"] + cost["cross_bytes"]
-    return max(moved / bandwidth, cost["flops"] / flops_per_s)
+    return moved / bandwidth, cost["flops"] / flops_per_s
+
+
+def step_bound_seconds(cost: dict, bandwidth: float, flops_per_s: float, weight_scale: float = 1.0) -> float:
+    return max(step_limits(cost, bandwidth, flops_per_s, weight_scale))
+
+
+def step_bound_kind(cost: dict, bandwidth: float, flops_per_s: float, weight_scale: float = 1.0) -> str:
+    """Which limit the step bound is: "bandwidth" (bytes moved) or "compute" (FLOPs)."""
+    moving, computing = step_limits(cost, bandwidth, flops_per_s, weight_scale)
+    return "bandwidth" if moving >= computing else "compute"

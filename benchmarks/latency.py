@@ -2,13 +2,17 @@
 
     python benchmarks/latency.py [--models smart,smart-nomem,pma-edge,m2,transformer,updown]
         [--backends torch-nocache,torch,onnxruntime,onnxruntime-int8,tensorrt]
-        [--batch-sizes 1,2,4,8,16,32,64] [--beam 1,3,5] [--repeats N] [--out DIR] [--quick]
+        [--batch-sizes 1,2,4,8,16,32,64] [--beam 1,3,5] [--repeats N] [--out DIR] [--quick] [--append]
 
 Reproduces and extends Fig. 3 of the SMArT paper. Every backend gets the same weights (random,
 paper-default sizes, fixed seed) and the same inputs; captions are forced to the full max length
 so every backend does the same number of steps (`--stop-at-eos` lets them stop at EOS instead).
 Each row: median and p10/p90 of the whole batch's time after warm-up, split into encoder and
-decode, ms per caption, captions/s, and the ratio to the measured lower bound of this machine.
+decode, ms per caption, captions/s, the ratio to the measured lower bound of this machine, and
+for the static-cache decoders the mean time per step split into graph (the decoder step itself),
+cache write, beam reorder and search (the host's beam search around them). `torch-nocache`
+decodes as the official M2 code's research setting is usually re-run: the whole prefix every
+step, full-precision weights; the tables report every backend's speed-up over it.
 """
 
 from __future__ import annotations
@@ -17,18 +21,27 @@ import argparse
 import importlib.util
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO, host_info, print_table, summary, timed, write_csv, write_json  # noqa: E402
-from _roofline import matmul_throughput, memory_bandwidth, step_bound_seconds, step_cost  # noqa: E402
+from _roofline import (  # noqa: E402
+    matmul_throughput,
+    memory_bandwidth,
+    step_bound_kind,
+    step_bound_seconds,
+    step_cost,
+)
 
 ALL_MODELS = ("smart", "smart-nomem", "pma-edge", "m2", "transformer", "updown")
 EXTRA_MODELS = ("rat", "acf")
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")  # one per backend, every plot
 ALL_BACKENDS = ("torch-nocache", "torch", "onnxruntime", "onnxruntime-int8", "tensorrt")
+QUICK = {"models": "smart,m2", "batch_sizes": "2", "beam": "1,3"}  # tiny models: seconds, not minutes
+PARTS = ("graph", "write", "reorder")  # timed per step; search = the decode time left over
 
 
 @dataclass
@@ -41,10 +54,10 @@ class Setting:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=",".join(ALL_MODELS))
+    p.add_argument("--models", default=None, help=f"default {','.join(ALL_MODELS)} ({','.join(QUICK['models'])} with --quick)")
     p.add_argument("--backends", default="torch-nocache,torch,onnxruntime,onnxruntime-int8,tensorrt")
-    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
-    p.add_argument("--beam", default="1,3,5")
+    p.add_argument("--batch-sizes", default=None, help=f"default 1,2,4,8,16,32,64 ({QUICK['batch_sizes']} with --quick)")
+    p.add_argument("--beam", default=None, help=f"default 1,3,5 ({QUICK['beam']} with --quick)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--max-len", type=int, default=20)
@@ -57,7 +70,14 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny models, few settings: keeps the script working in tests")
     p.add_argument("--replot", action="store_true",
                    help="re-render latency.md and the plots from OUT/latency.json without measuring")
+    p.add_argument("--append", action="store_true",
+                   help="merge into OUT/latency.json (a row replaces the one with the same model, backend, batch and beam), "
+                        "so a long sweep can run in parts")
     args = p.parse_args(argv)
+    defaults = QUICK if args.quick else {"models": ",".join(ALL_MODELS), "batch_sizes": "1,2,4,8,16,32,64", "beam": "1,3,5"}
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     args.models, args.backends = split(args.models), split(args.backends)
     args.batch_sizes = [int(x) for x in split(args.batch_sizes)]
@@ -137,14 +157,34 @@ class RetrievalTimer:
         return timed(lambda: self.index.search(image_embeddings(f, m), self.k), repeats, warmup)
 
 
+class Breakdown:
+    """Seconds spent in each part of decoding (PARTS) and the steps run, since `reset`."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.seconds = dict.fromkeys(PARTS, 0.0)
+        self.steps = 0
+
+    def wrap(self, part: str, fn):
+        def timed_call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[part] += time.perf_counter() - start
+                self.steps += part == "graph"
+        return timed_call
+
+
 class TorchRunner:
     def __init__(self, model, feats, mask, extra, beam, options, use_cache: bool):
-        from edgecap.models.decoding import CachedStepper, PrefixStepper
-
         self.model, self.feats, self.mask, self.beam, self.options = model, feats, mask, beam, options
         self.extra = extra
-        self.stepper_cls = CachedStepper if use_cache else PrefixStepper
+        self.use_cache = use_cache
         self.cross = None
+        self.breakdown = Breakdown() if use_cache else None
 
     def encode(self):
         import torch
@@ -154,27 +194,48 @@ class TorchRunner:
 
     def decode(self):
         from edgecap.contract.beam import beam_search
+        from edgecap.models.decoding import CachedStepper, PrefixStepper
 
         cfg = self.model.cfg
         rows = self.feats.shape[0] * self.beam
-        stepper = self.stepper_cls(self.model, self.cross, rows, self.beam)
+        if self.use_cache:
+            stepper = CachedStepper(self.model, self.cross, rows)
+            stepper.compute = self.breakdown.wrap("graph", stepper.compute)
+            stepper.write = self.breakdown.wrap("write", stepper.write)
+            stepper.reorder = self.breakdown.wrap("reorder", stepper.reorder)
+        else:
+            stepper = PrefixStepper(self.model, self.cross, rows, self.beam)
         return beam_search(stepper, self.feats.shape[0], self.options, cfg.bos_id, cfg.eos_id, cfg.pad_id)
 
 
 class BundleRunner:
-    """The exported bundle through edgecap.runtime (onnxruntime or TensorRT)."""
+    """The exported bundle through edgecap.runtime (onnxruntime or TensorRT), as `Bundle.decode`
+    runs it: one stepper per beam size, reset for every batch of images."""
 
     def __init__(self, bundle, feats, mask, extra, options):
         self.bundle, self.options = bundle, options
         self.feats, self.mask = feats.numpy(), mask.numpy()
         self.extra = tuple(e.numpy() for e in extra)
         self.cross = None
+        self.stepper = None
+        self.breakdown = Breakdown()
 
     def encode(self):
         self.cross = self.bundle.encode(self.feats, self.mask, *self.extra)
 
     def decode(self):
-        return self.bundle.decode(self.cross, self.options)
+        from edgecap.contract.beam import beam_search
+
+        b = self.bundle
+        if self.stepper is None:
+            self.stepper = b.stepper(self.cross, self.options.beam_size)
+            self.stepper.run = self.breakdown.wrap("graph", self.stepper.run)
+            for group in self.stepper.groups:
+                group.write = self.breakdown.wrap("write", group.write)
+            self.stepper.reorder = self.breakdown.wrap("reorder", self.stepper.reorder)
+        else:
+            self.stepper.reset(self.cross)
+        return beam_search(self.stepper, b.batch_size, self.options, b.bos_id, b.eos_id, b.pad_id)
 
 
 def export_bundle(model, name, batch, beam, precision, engine, workdir: Path, threads):
@@ -222,15 +283,28 @@ def run_setting(s: Setting, model, args, workdir: Path, bound: dict, retrieval: 
             return {**row, "status": "skipped", "reason": reason}
         runner = BundleRunner(bundle, feats, mask, extra, options)
     enc = timed(runner.encode, args.repeats, args.warmup)
-    dec = timed(runner.decode, args.repeats, args.warmup)
+    timed(runner.decode, 0, args.warmup)
+    breakdown = getattr(runner, "breakdown", None)
+    if breakdown is not None:
+        breakdown.reset()
+    dec = timed(runner.decode, args.repeats, 0)
     ret = retrieval.seconds(feats, mask, args.repeats, args.warmup) if retrieval else [0.0] * len(enc)
     total = [a + b + c for a, b, c in zip(enc, dec, ret, strict=False)]
     st = summary(total)
     per_caption = st["median_ms"] / s.batch
     # int8 graphs read one byte per quantized weight instead of four
     weight_scale = 0.25 if s.backend.endswith("int8") else 1.0
-    step_s = step_bound_seconds(bound["step_cost"][(s.batch, s.beam)], bound["bandwidth"], bound["flops"], weight_scale)
+    cost = bound["step_cost"][(s.batch, s.beam)]
+    step_s = step_bound_seconds(cost, bound["bandwidth"], bound["flops"], weight_scale)
     bound_ms = 1e3 * (bound["encoder_s"] * s.batch + step_s * model.cfg.max_len)
+    parts = {}
+    if breakdown is not None and breakdown.steps:
+        n = breakdown.steps
+        step_ms = sum(dec) * 1e3 / n
+        parts = {f"{k}_ms": v * 1e3 / n for k, v in breakdown.seconds.items()}
+        parts["search_ms"] = step_ms - sum(parts.values())
+        parts.update(step_ms=step_ms, step_bound_ms=step_s * 1e3, step_ratio=step_ms / (step_s * 1e3),
+                     step_bound_kind=step_bound_kind(cost, bound["bandwidth"], bound["flops"], weight_scale))
     return {
         **row,
         "status": "ok",
@@ -244,6 +318,7 @@ def run_setting(s: Setting, model, args, workdir: Path, bound: dict, retrieval: 
         "captions_per_s": 1e3 / per_caption,
         "bound_ms": bound_ms,
         "ratio_to_bound": st["median_ms"] / bound_ms,
+        **parts,
     }
 
 
@@ -259,7 +334,7 @@ def model_bound(model, settings, bandwidth, flops):
     for s in settings:
         key = (s.batch, s.beam)
         if key not in costs:
-            costs[key] = step_cost(model, s.batch * s.beam)
+            costs[key] = step_cost(model, s.batch, s.beam)
     return {"encoder_s": counter.get_total_flops() / flops, "step_cost": costs, "bandwidth": bandwidth, "flops": flops}
 
 
@@ -323,34 +398,53 @@ def plot(rows, out: Path) -> list[Path]:
 
 
 def markdown(rows: list[dict]) -> str:
-    """ms per caption (x bound) per model, batch and beam, one column per backend."""
+    """ms per caption (x bound) per model, batch and beam, one column per backend, with the
+    speed-ups over torch-nocache (the official code's decoding); then the per-step breakdown."""
     ok = [r for r in rows if r["status"] == "ok"]
     backends = [b for b in ALL_BACKENDS if any(r["backend"] == b for r in ok)]
-    lines = ["| model | batch | beam | " + " | ".join(backends) + " | bundle vs torch / vs torch-nocache |",
-             "|---" * (len(backends) + 4) + "|"]
-    seen = []
-    for r in ok:
-        key = (r["model"], r["batch"], r["beam"])
-        if key not in seen:
-            seen.append(key)
+    faster = [b for b in ("torch", "onnxruntime", "onnxruntime-int8") if b in backends]
+    lines = ["| model | batch | beam | " + " | ".join(backends)
+             + "".join(f" | {b} vs official" for b in faster) + " |",
+             "|---" * (len(backends) + len(faster) + 3) + "|"]
+    seen = list(dict.fromkeys((r["model"], r["batch"], r["beam"]) for r in ok))
     for model, batch, beam in seen:
         cell = {r["backend"]: r for r in ok if (r["model"], r["batch"], r["beam"]) == (model, batch, beam)}
         texts = [f"{cell[b]['ms_per_caption']:.1f} ({cell[b]['ratio_to_bound']:.1f}x)" if b in cell else "–"
                  for b in backends]
-        ort = cell.get("onnxruntime")
-        speed = [f"{cell[b]['ms_per_caption'] / ort['ms_per_caption']:.1f}x" if ort and b in cell else "–"
-                 for b in ("torch", "torch-nocache")]
-        lines.append(f"| {model} | {batch} | {beam} | " + " | ".join(texts) + f" | {' / '.join(speed)} |")
+        official = cell.get("torch-nocache")
+        texts += [f"{official['ms_per_caption'] / cell[b]['ms_per_caption']:.1f}x" if official and b in cell else "–"
+                  for b in faster]
+        lines.append(f"| {model} | {batch} | {beam} | " + " | ".join(texts) + " |")
+    steps = [r for r in ok if r.get("step_ms")]
+    if steps:
+        lines += ["", "Per decoding step (mean over the timed runs, ms): the decoder step itself (graph), writing its "
+                  "new slots into the cache, beam reordering, and the host's search; x bound against the step's own "
+                  "bound (which limit it is in brackets).", "",
+                  "| model | batch | beam | rows | backend | ms / step | x step bound | graph | cache write | reorder | search |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in steps:
+            lines.append(f"| {r['model']} | {r['batch']} | {r['beam']} | {r['batch'] * r['beam']} | {r['backend']} | "
+                         f"{r['step_ms']:.2f} | {r['step_ratio']:.2f}x ({r['step_bound_kind']}) | {r['graph_ms']:.2f} | "
+                         f"{r['write_ms']:.3f} | {r['reorder_ms']:.3f} | {r['search_ms']:.3f} |")
     return "\n".join(lines) + "\n"
 
 
+def merged(old: dict, run: dict, rows: list[dict]) -> dict:
+    """`old` report plus this run: a new row replaces the old one of the same setting."""
+    key = lambda r: (r["model"], r["backend"], r["batch"], r["beam"])  # noqa: E731
+    fresh = {key(r) for r in rows}
+    kept = [r for r in old.get("rows", []) if key(r) not in fresh]
+    return {**run, "runs": [*old.get("runs", [{k: v for k, v in old.items() if k not in ("rows", "runs")}]), run],
+            "rows": kept + rows}
+
+
 def main(argv=None) -> int:
+    import json
+
     import torch
 
     args = parse_args(argv)
     if args.replot:
-        import json
-
         from edgecap.io import write_text_atomic
 
         out = Path(args.out)
@@ -398,15 +492,20 @@ def main(argv=None) -> int:
     for r in rows:
         if r["status"] != "ok":
             print(f"skipped {r['backend']} {r['model']} b{r['batch']} k{r['beam']}: {r['reason']}")
-    report = {
+    run = {
         "host": host_info(),
         "threads": threads,
         "memory_bandwidth_gb_s": bandwidth / 1e9,
         "matmul_gflop_s": flops / 1e9,
         "forced_full_length": not args.stop_at_eos,
         "args": {k: v for k, v in vars(args).items()},
-        "rows": rows,
     }
+    for r in rows:
+        r.update(memory_bandwidth_gb_s=run["memory_bandwidth_gb_s"], matmul_gflop_s=run["matmul_gflop_s"])
+    report = {**run, "runs": [run], "rows": rows}
+    if args.append and (out / "latency.json").is_file():
+        report = merged(json.loads((out / "latency.json").read_text()), run, rows)
+        rows = report["rows"]
     write_json(out / "latency.json", report)
     write_csv(out / "latency.csv", rows)
     from edgecap.io import write_text_atomic
