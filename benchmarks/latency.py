@@ -459,7 +459,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"measuring the hardware limit ({threads} threads) ...", flush=True)
-    bandwidth = memory_bandwidth(64 if args.quick else 256)
+    bandwidth = memory_bandwidth(64 if args.quick else 256, threads=threads)
     flops = matmul_throughput(256 if args.quick else 1024)
     print(f"memory bandwidth {bandwidth / 1e9:.1f} GB/s, fp32 matmul {flops / 1e9:.1f} GFLOP/s", flush=True)
     rows = []
