@@ -179,15 +179,14 @@ def frames_with_objects(n: int) -> list[tuple]:
     import cv2
 
     from edgecap.data.synth import TabletopWorld
-    from edgecap.runtime.sources import KnownObject
+    from edgecap.runtime.sources import world_objects
 
     world = TabletopWorld(seed=7, size=FRAME_SHAPE[0], scene_seconds=0.2)
     out = []
     for t in range(n):
         image, objects = world.render_frame(t * 5)
-        image = cv2.resize(image, FRAME_SHAPE[::-1], interpolation=cv2.INTER_LINEAR)
-        out.append((image, [KnownObject(o["class"], tuple(float(v) for v in o["box"]), float(o["area"]))
-                            for o in objects]))
+        known = world_objects(objects, image.shape[1], image.shape[0])  # box areas, as edgecap run
+        out.append((cv2.resize(image, FRAME_SHAPE[::-1], interpolation=cv2.INTER_LINEAR), known))
     return out
 
 

@@ -149,10 +149,16 @@ def test_run_from_an_acvr_sequence_scores_coverage_and_feeds_eval(tiny, synth, t
     for r in recs:
         assert set(r["coverage"]) == {">1%", ">3%", ">5%", ">10%"}
         assert r["objects"] and all(0 < o["area"] <= 1 for o in r["objects"])
-    assert "mean coverage: >1%" in stdout
-    # The records are an `edgecap eval coverage` input as they are.
-    code, stdout, stderr = run_cli("eval", "coverage", "--captions", out, "--acvr", synth / "acvr")
+    assert "mean coverage (box area > threshold): >1%" in stdout
+    # The records are an `edgecap eval coverage` input as they are, and it scores them by the
+    # same rule (box areas, "> t"): the same means as the run's own.
+    code, stdout, stderr = run_cli("eval", "coverage", "--captions", out, "--acvr", synth / "acvr",
+                                   "--out", tmp_path / "report", "--no-plot")
     assert code == 0, stderr
+    report = json.loads((tmp_path / "report" / "coverage.json").read_text())
+    (evaluated,) = [f["summary"]["thresholds"] for f in report["files"].values()]
+    run_means = json.loads((tmp_path / "acvr.summary.json").read_text())["coverage_mean"]
+    assert run_means == {k: pytest.approx(v["mean"], abs=1e-6) for k, v in evaluated.items()}
 
 
 def test_latency_budget_lowers_the_beam(tiny, synth, tmp_path, run_cli):

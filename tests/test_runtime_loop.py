@@ -107,7 +107,7 @@ class _FakeScorer:
         for caption, gt in zip(captions, gts, strict=True):
             cov, matches = {}, {}
             for t in (0.01, 0.03, 0.05, 0.10):
-                cls = [c for c, a in gt.items() if a >= t]
+                cls = [c for c, a in gt.items() if a > t]  # the metric's "> t"
                 hits = [c for c in cls if c in caption.split()]
                 cov[t] = len(hits) / len(cls) if cls else None
                 matches[t] = [Match(c, c, 1.0, True) for c in hits]
@@ -126,7 +126,7 @@ def test_coverage_is_scored_when_objects_are_known():
     assert rec["mentioned"] == [{"noun": "cup", "class": "cup", "profit": 1.0, "exact": True}]
     assert rec["objects"][0] == {"class": "cup", "box": [0, 0, 5, 5], "area": 0.2}
     assert summary.to_json()["coverage_mean"][">1%"] == 0.5
-    assert "mean coverage: >1% 50.0 (n=1)" in summary.human()
+    assert "mean coverage (box area > threshold): >1% 50.0 (n=1)" in summary.human()
 
 
 def test_missing_nlp_extra_turns_coverage_off_once(monkeypatch):

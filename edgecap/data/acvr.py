@@ -77,6 +77,24 @@ class ACVRFrame:
         return out
 
 
+def box_fraction(box, width: float, height: float) -> float:
+    """Fraction of a width x height image covered by an inclusive pixel box (left, top, right,
+    bottom), as ACVR's bounding_box and the synthetic world's boxes are: [0, 0, 9, 9] is 100 px."""
+    left, top, right, bottom = box
+    return min(1.0, (right - left + 1) * (bottom - top + 1) / float(width * height))
+
+
+def object_area(box, pixel_fraction: float | None, width: float, height: float, area: str = "box") -> float:
+    """An object's coverage area by `area` (AREAS): its box, or its mask's pixel fraction when
+    known (else the box, as the ACVR loader falls back). The one rule shared by `eval coverage`,
+    the runtime's sources and detection files, and the demo model's metrics."""
+    if area not in AREAS:
+        raise EdgecapError(f"area {area!r}: expected one of {', '.join(AREAS)}")
+    if area == "pixels" and pixel_fraction is not None:
+        return float(pixel_fraction)
+    return box_fraction(box, width, height)
+
+
 def normalize_image_id(image_id) -> str:
     """'000000/12' and '000000/000012' name the same frame: zero-pad numeric frame ids to 6."""
     text = str(image_id).strip().replace("\\", "/")
@@ -204,7 +222,7 @@ def _mask_id(inst: dict, where: str) -> int | None:
         raise EdgecapError(f"{where}: 'mask_id' must be an integer, got {mask_id!r}") from None
 
 
-def _read_object(inst_id: str, inst: dict, cls: str, mask: _FrameMask, total: float, area: str,
+def _read_object(inst_id: str, inst: dict, cls: str, mask: _FrameMask, size: tuple[int, int], area: str,
                  where: str) -> ACVRObject:
     mask_id = _mask_id(inst, where)
     num_pixels = inst.get("num_pixels")
@@ -217,14 +235,14 @@ def _read_object(inst_id: str, inst: dict, cls: str, mask: _FrameMask, total: fl
         box, box_source = _mask_box(mask.get(), mask_id, where), "mask-box"
     else:
         box, box_source = _box(box_value, where), "box"
+    total = float(size[0] * size[1])
     if area == "pixels" and num_pixels is not None and int(num_pixels) > 0:
-        pixels, source = float(int(num_pixels)), "num_pixels"
+        fraction, source = min(int(num_pixels) / total, 1.0), "num_pixels"
     elif area == "pixels" and mask_id is not None and mask.present:  # absent, 0 or negative: count
-        pixels, source = float((mask.get() == mask_id).sum()), "mask"
+        fraction, source = min(float((mask.get() == mask_id).sum()) / total, 1.0), "mask"
     else:
-        left, top, right, bottom = box
-        pixels, source = float((right - left + 1) * (bottom - top + 1)), box_source
-    return ACVRObject(inst_id, cls, inst["class"], box, min(pixels / total, 1.0), source, mask_id)
+        fraction, source = box_fraction(box, *size), box_source
+    return ACVRObject(inst_id, cls, inst["class"], box, fraction, source, mask_id)
 
 
 def iter_sequence(seq_dir: str | Path, images_root: str | Path | None = None,
@@ -273,7 +291,7 @@ def iter_sequence(seq_dir: str | Path, images_root: str | Path | None = None,
                     f"{where}: image size unknown (no readable mask {mask_path}, no RGB frame, "
                     "no _metadata width/height)"
                 )
-            objects.append(_read_object(inst_id, inst, cls, mask, float(size[0] * size[1]), area, iwhere))
+            objects.append(_read_object(inst_id, inst, cls, mask, size, area, iwhere))
         yield ACVRFrame(
             image_id=f"{seq_dir.name}/{frame_id}", sequence=seq_dir.name, frame_id=frame_id,
             rgb_path=rgb_path, mask_path=mask_path,

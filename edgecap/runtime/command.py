@@ -42,6 +42,7 @@ class RunSettings:
     replay: str | None = None
     out_mcap: str | None = None
     rerun: str | None = None
+    area: str = "box"
 
 
 # Config-file keys: RunSettings fields; these are paths, resolved against the config's folder.
@@ -84,6 +85,10 @@ def add_arguments(parser) -> None:
                         help="lower the beam while capture-to-caption latency exceeds MS")
     parser.add_argument("--coverage", action=argparse.BooleanOptionalAction, default=None,
                         help="score object coverage when objects are known (default on)")
+    parser.add_argument("--area", choices=("box", "pixels"), default=None,
+                        help="an object's coverage area: its bounding box (default, as edgecap eval "
+                             "coverage and SMArT) or its mask pixels (ACVR num_pixels / mask, the "
+                             "world's pixel count, a detection's 'area')")
     parser.add_argument("--pace", choices=("native", "every"), default=None,
                         help="files, folders, synth: 'native' plays at the source's fps and keeps "
                              "only the newest frame; 'every' captions every frame as fast as it can "
@@ -142,7 +147,7 @@ def read_config(path: str) -> dict:
         expected = {"source": str, "pace": str, "coverage": bool, "show": bool, "quiet": bool, "append": bool,
                     "beam": int, "batch": int, "frames": int, "providers": list, "threads": int,
                     "max_fps": (int, float), "latency_budget": (int, float),
-                    "source_fps": (int, float), "topic": str, "replay": str}.get(name, str)
+                    "source_fps": (int, float), "topic": str, "replay": str, "area": str}.get(name, str)
         if isinstance(value, bool) and expected is not bool or not isinstance(value, expected):
             raise EdgecapError(f"--config {path}: {key} = {value!r} has the wrong type")
         if name in CONFIG_PATHS:
@@ -158,7 +163,7 @@ def settings_from_args(args) -> RunSettings:
     merged = read_config(args.config) if args.config else {}
     for name in ("bundle", "source", "beam", "max_fps", "batch", "frames", "jsonl", "append", "detections",
                  "show", "save_video", "latency_budget", "coverage", "pace", "source_fps", "threads",
-                 "quiet", "topic", "replay", "out_mcap", "rerun"):
+                 "quiet", "topic", "replay", "out_mcap", "rerun", "area"):
         value = getattr(args, name)
         if value is not None:
             merged[name] = value
@@ -171,6 +176,8 @@ def settings_from_args(args) -> RunSettings:
         raise EdgecapError("--append adds to the --jsonl file: pass --jsonl FILE too")
     if merged.get("pace") not in (None, "native", "every"):
         raise EdgecapError(f"pace = {merged['pace']!r}; expected native or every")
+    if merged.get("area") not in (None, "box", "pixels"):
+        raise EdgecapError(f"area = {merged['area']!r}; expected box or pixels")
     replay = merged.get("replay")
     if replay is not None:
         if replay not in REPLAY_PACE:
@@ -242,8 +249,8 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         raise EdgecapError(f"--batch {settings.batch} exceeds the bundle's static batch "
                            f"{captioner.batch_size} (export with --batch {settings.batch})")
     beam = captioner.check_beam(settings.beam) if settings.beam is not None else captioner.beam
-    detections = Detections(settings.detections) if settings.detections else None
-    source = make_source(settings.source, fps=settings.source_fps, topic=settings.topic)
+    detections = Detections(settings.detections, settings.area) if settings.detections else None
+    source = make_source(settings.source, fps=settings.source_fps, topic=settings.topic, area=settings.area)
     if settings.out_mcap:
         _check_out_mcap(settings.out_mcap, source)
     if settings.rerun:
@@ -253,7 +260,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     knows_objects = detections is not None or isinstance(source, (ACVRSource, SynthSource))
     coverage = CoverageAnnotator(settings.coverage and knows_objects,
                                  log=lambda m: print(m, file=out, flush=True))
-    summary = Summary(settings.source)
+    summary = Summary(settings.source, coverage_area=settings.area)
     extra_sinks, sinks = list(sinks), []
     if not settings.quiet:
         sinks.append(lambda r: print(r.human(), file=out, flush=True))

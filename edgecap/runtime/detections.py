@@ -6,9 +6,12 @@ One line per frame:
 
 `frame_id` is the frame's position in the source (video frame number, index in the folder's
 name order, ACVR frame order); "frame" is accepted as the same key, so the ground-truth sidecar
-the synthetic world writes beside its video (`video/tabletop.jsonl`) works as it is. `area` is
-the object's fraction of the image; when missing it is computed from the box and the frame
-size. Class names are normalised as the ACVR loader does (tvmonitor -> television).
+the synthetic world writes beside its video (`video/tabletop.jsonl`) works as it is. Boxes are
+inclusive pixel boxes, as ACVR writes them. Coverage scores each object by its box's fraction
+of the frame (`--area box`, the default, as `edgecap eval coverage`); the optional `area` is
+the object's own mask fraction (a segmenter's, or the world's pixel count), used with
+`--area pixels` (the box when a record has none). Class names are normalised as the ACVR
+loader does (tvmonitor -> television).
 """
 
 from __future__ import annotations
@@ -50,10 +53,15 @@ def _object(obj, where: str) -> tuple[str, tuple[float, float, float, float], fl
 
 
 class Detections:
-    """{frame_id: objects} read from a JSONL file; areas filled in per frame when missing."""
+    """{frame_id: objects} read from a JSONL file; each object's coverage area by `area`."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, area: str = "box"):
+        from edgecap.data.acvr import AREAS
+
+        if area not in AREAS:
+            raise EdgecapError(f"area {area!r}: expected one of {', '.join(AREAS)}")
         self.path = Path(path)
+        self.area = area
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
@@ -91,10 +99,7 @@ class Detections:
         entry = self._frames.get(int(frame_id))
         if entry is None:
             return None
-        total = float(width * height)
-        out = []
-        for cls, (left, top, right, bottom), area in entry:
-            if area is None:  # inclusive pixel boxes, as the ACVR ground truth writes them
-                area = min(1.0, (right - left + 1) * (bottom - top + 1) / total)
-            out.append(KnownObject(cls, (left, top, right, bottom), area))
-        return out
+        from edgecap.data.acvr import object_area
+
+        return [KnownObject(cls, box, object_area(box, mask_area, width, height, self.area))
+                for cls, box, mask_area in entry]

@@ -146,6 +146,7 @@ class Summary:
     grabber: GrabberStats | None = None
     stopped_by: str = "end of source"
     beam_changes: int = 0
+    coverage_area: str = "box"                    # what an object's area is (--area)
 
     def add(self, record: Record) -> None:
         self.captioned += 1
@@ -184,6 +185,7 @@ class Summary:
             "beam_changes": self.beam_changes,
             "coverage_mean": {k: round(float(np.mean(v)), 6) for k, v in self.coverage.items()},
             "coverage_frames": {k: len(v) for k, v in self.coverage.items()},
+            "coverage_rule": f"{self.coverage_area} area > threshold",
         }
 
     def human(self) -> str:
@@ -203,5 +205,5 @@ class Summary:
         if s["coverage_mean"]:
             cells = [f"{k} {100 * v:.1f} (n={s['coverage_frames'][k]})"
                      for k, v in s["coverage_mean"].items()]
-            lines.append("  mean coverage: " + ", ".join(cells))
+            lines.append(f"  mean coverage ({s['coverage_rule']}): " + ", ".join(cells))
         return "\n".join(lines)

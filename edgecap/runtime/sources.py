@@ -54,12 +54,22 @@ class KnownObject:
     """An object known to be in a frame: ground truth or an external detector's output."""
 
     cls: str
-    box: tuple[float, float, float, float]   # left, top, right, bottom in pixels
-    area: float                              # fraction of the image, 0..1
+    box: tuple[float, float, float, float]   # left, top, right, bottom in pixels, inclusive
+    area: float                              # coverage area: fraction of the image, 0..1, by --area
 
     def to_json(self) -> dict:
         return {"class": self.cls, "box": [round(float(v), 2) for v in self.box],
                 "area": round(float(self.area), 6)}
+
+
+def world_objects(objects: list[dict], width: int, height: int, area: str = "box") -> list[KnownObject]:
+    """The synthetic world's ground-truth records (class, inclusive box, `area` = mask pixel
+    fraction) as KnownObjects whose area is the coverage area `area` asks for: the box
+    (default, as `eval coverage`) or the pixels."""
+    from edgecap.data.acvr import object_area
+
+    return [KnownObject(o["class"], tuple(float(v) for v in o["box"]),
+                        object_area(o["box"], o.get("area"), width, height, area)) for o in objects]
 
 
 @dataclass(frozen=True)
@@ -255,12 +265,12 @@ class FolderSource(Source):
 class ACVRSource(Source):
     """ACVR sequence folder(s) with their ground-truth objects (edgecap.data.acvr)."""
 
-    def __init__(self, root: Path, fps: float | None = None):
+    def __init__(self, root: Path, fps: float | None = None, area: str = "box"):
         from edgecap.data.acvr import load_sequences
 
         self.name = str(root)
         self.fps = fps
-        self.frames = list(load_sequences(root))
+        self.frames = list(load_sequences(root, area=area))
         self.position = 0
 
     def open(self) -> None:
@@ -376,12 +386,13 @@ class SynthSpec:
 class SynthSource(Source):
     """The synthetic tabletop world rendered live: frame t is TabletopWorld.render_frame(t)."""
 
-    def __init__(self, spec: SynthSpec, text: str):
+    def __init__(self, spec: SynthSpec, text: str, area: str = "box"):
         from edgecap.data.synth import TabletopWorld
 
         self.name = text
         self.fps = spec.fps
         self.world = TabletopWorld(spec.seed, spec.size, spec.fps, scene_seconds=spec.scene)
+        self.area = area
         self.position = 0
 
     def open(self) -> None:
@@ -391,8 +402,7 @@ class SynthSource(Source):
         t = self.position
         self.position += 1
         image, objects = self.world.render_frame(t)
-        known = [KnownObject(o["class"], tuple(float(v) for v in o["box"]), float(o["area"]))
-                 for o in objects]
+        known = world_objects(objects, image.shape[1], image.shape[0], self.area)
         return Captured(check_image(image, f"{self.name} frame {t}"), t, known)
 
 
@@ -426,9 +436,10 @@ def _is_acvr(path: Path) -> bool:
     return any(p.is_dir() and (p / "labels.json").is_file() for p in path.iterdir())
 
 
-def make_source(spec: str, fps: float | None = None, topic: str | None = None) -> Source:
+def make_source(spec: str, fps: float | None = None, topic: str | None = None, area: str = "box") -> Source:
     """Build (not open) the source a command-line string names. `fps` overrides the native rate;
-    `topic` picks the image topic of a robot log."""
+    `topic` picks the image topic of a robot log; `area` is the coverage area (box or pixels)
+    of the objects ACVR and synthetic-world sources know."""
     from edgecap.ros.logs import is_log
 
     text = str(spec).strip()
@@ -447,12 +458,12 @@ def make_source(spec: str, fps: float | None = None, topic: str | None = None) -
         synth = parse_synth(text)
         if fps is not None:
             synth.fps = fps
-        return SynthSource(synth, text)
+        return SynthSource(synth, text, area)
     if scheme in STREAM_SCHEMES:
         return CaptureSource(text, "stream", fps)
     if path.is_dir():
         if _is_acvr(path):
-            return ACVRSource(path, fps)
+            return ACVRSource(path, fps, area)
         images = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if not images:
             raise SourceOpenError(f"source {text!r}: folder holds no images "
@@ -465,7 +476,7 @@ def make_source(spec: str, fps: float | None = None, topic: str | None = None) -
     raise SourceOpenError(f"source {text!r}: no such file or directory; expected {SOURCE_HELP}")
 
 
-def open_source(spec: str, fps: float | None = None, topic: str | None = None) -> Source:
-    source = make_source(spec, fps, topic)
+def open_source(spec: str, fps: float | None = None, topic: str | None = None, area: str = "box") -> Source:
+    source = make_source(spec, fps, topic, area)
     source.open()
     return source

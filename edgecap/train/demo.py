@@ -7,7 +7,8 @@ world's val and test splits with each, and writes
 
     demo-smart.pt            best.pt's weights in fp16 (what `make demo` exports and runs)
     demo-smart.metrics.json  CIDEr-D (val and test, greedy and beam) for XE and after SCST,
-                             object coverage against the world's ground truth (objects.json),
+                             object coverage against the world's ground truth (objects.json;
+                             box areas, "area > threshold", as `edgecap eval coverage`),
                              sample captions, training time and settings
 
 CIDEr-D document frequencies come from the references of the split being scored, as the
@@ -49,11 +50,17 @@ def caption_images(ck: Checkpoint, images: list[KarpathyImage], root: Path, beam
     return out
 
 
-def ground_truth(objects: dict, image_id: str) -> dict[str, float]:
-    """{class: largest instance area fraction} of one image of objects.json."""
+COVERAGE_AREA = "box"  # the default of `edgecap eval coverage` and `edgecap run` (docs/coverage.md)
+
+
+def ground_truth(objects: dict, image_id: str, size: int, area: str = COVERAGE_AREA) -> dict[str, float]:
+    """{class: largest instance area fraction} of one size x size image of objects.json, the
+    area measured as `area` says (its box by default; objects.json's `area` is the pixel count's)."""
+    from edgecap.data.acvr import object_area
+
     gt: dict[str, float] = {}
     for obj in objects[image_id]:
-        gt[obj["class"]] = max(gt.get(obj["class"], 0.0), float(obj["area"]))
+        gt[obj["class"]] = max(gt.get(obj["class"], 0.0), object_area(obj["box"], obj["area"], size, size, area))
     return gt
 
 
@@ -62,6 +69,7 @@ def evaluate(ck: Checkpoint, data: Path, splits=("val", "test"), beams=(1, 3), s
 
     karpathy = load_karpathy(data / "dataset_coco.json", data / "images", splits=splits)
     objects = json.loads((data / "objects.json").read_text(encoding="utf-8"))
+    size = int(json.loads((data / "synth.json").read_text(encoding="utf-8"))["size"])
     result: dict = {}
     for split in splits:
         images = karpathy[split]
@@ -78,7 +86,7 @@ def evaluate(ck: Checkpoint, data: Path, splits=("val", "test"), beams=(1, 3), s
                 if scorer is not None:
                     from edgecap.metrics.coverage import summarize
 
-                    gts = [ground_truth(objects, im.image_id) for im in images]
+                    gts = [ground_truth(objects, im.image_id, size) for im in images]
                     summary = summarize(scorer.score(captions, gts))
                     entry[f"coverage_{name}"] = {label: None if v["mean"] is None else round(v["mean"], 4)
                                                  for label, v in summary["thresholds"].items()}
@@ -107,7 +115,8 @@ def package(run: Path, out_dir: Path = ASSETS, name: str = "demo-smart", coverag
 
             scorer = CoverageScorer()
             coverage_note = ("SMArT object coverage (spaCy nouns, GloVe 6B-50d, clipped cosine) of the "
-                             "beam-3 captions vs the world's objects.json, per area threshold")
+                             "beam-3 captions vs the world's objects.json, per area threshold: a class "
+                             f"counts when its largest instance's {COVERAGE_AREA} area is > the threshold")
         except MissingExtraError as exc:
             scorer, coverage_note = None, f"not measured: {exc}"
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
@@ -119,6 +128,8 @@ def package(run: Path, out_dir: Path = ASSETS, name: str = "demo-smart", coverag
         "train_seconds": summary.get("train_seconds"),
         "steps": summary["step"],
         "coverage": coverage_note,
+        "coverage_area": COVERAGE_AREA,
+        "threshold_rule": "area > threshold",
         "training_curve": [{"phase": r["phase"], "epoch": r["epoch"], "val_cider_d_greedy": round(r["cider_d"], 4)}
                            for r in vals],
     }
