@@ -133,15 +133,20 @@ def test_scst_phase_starts_from_best_xe_and_changes_the_model(world, tmp_path):
     assert any(not torch.equal(xe[k], last[k]) for k in xe)
 
 
-def test_packaging_a_finished_run_writes_an_fp16_asset_and_its_numbers(world, tmp_path):
-    from edgecap.models.checkpoint import load_checkpoint
+def _package_a_tiny_run(world, tmp_path) -> dict:
     from edgecap.train.demo import package
 
     cfg = tiny_config(world, schedule={"epochs": 1, "warmup": 5}, scst={"epochs": 1, "beam_size": 2, "lr": 1e-3},
                       data={"val_batch_size": 4})
+    Trainer(cfg, out=tmp_path / "run", progress=False).run()
+    return package(tmp_path / "run", tmp_path / "assets", "tiny", coverage=False)
+
+
+def test_packaging_a_finished_run_writes_an_fp16_asset_and_its_numbers(world, tmp_path):
+    from edgecap.models.checkpoint import load_checkpoint
+
+    metrics = _package_a_tiny_run(world, tmp_path)
     run = tmp_path / "run"
-    Trainer(cfg, out=run, progress=False).run()
-    metrics = package(run, tmp_path / "assets", "tiny", coverage=False)
     for phase in ("xe", "scst"):
         for split in ("val", "test"):
             entry = metrics[phase][split]
@@ -157,3 +162,30 @@ def test_packaging_a_finished_run_writes_an_fp16_asset_and_its_numbers(world, tm
     # the world it was trained on travels with it: export's parity gate regenerates scenes of it
     assert ck.meta["train_config"]["data"]["synth"] == {"images": 40, "seed": 3, "size": 32,
                                                         "image_format": "jpg", "dir": str(world)}
+
+
+def test_rescoring_the_asset_measures_it_again_by_todays_rule(world, tmp_path):
+    """`python -m edgecap.train.demo --rescore WORLD`: the packaged asset's own CIDEr-D and box
+    coverage, its weights untouched; entries measured under the earlier rule say so."""
+    pytest.importorskip("spacy")
+    from edgecap.train.demo import COVERAGE_RULE, EARLIER_RULE, main, rescore
+
+    _package_a_tiny_run(world, tmp_path)
+    assets = tmp_path / "assets"
+    metrics_path = assets / "tiny.metrics.json"
+    older = json.loads(metrics_path.read_text())
+    older["xe"]["val"]["coverage_beam3"] = {">1%": 0.5}  # as packaged before the rule changed
+    metrics_path.write_text(json.dumps(older))
+    weights = (assets / "tiny.pt").read_bytes()
+    metrics = rescore(world, assets, "tiny")
+    assert (assets / "tiny.pt").read_bytes() == weights
+    for split in ("val", "test"):
+        entry = metrics["asset"][split]
+        assert entry["images"] == 2 and entry["coverage_rule"] == COVERAGE_RULE
+        assert set(entry["coverage_beam3"]) == {">1%", ">3%", ">5%", ">10%"} and "cider_d_greedy" in entry
+    assert metrics["asset"]["from"] == "best.pt" and metrics["asset"]["eval_seconds"] > 0
+    assert metrics["xe"]["val"]["coverage_rule"] == EARLIER_RULE
+    assert json.loads(metrics_path.read_text()) == metrics
+    other = tmp_path / "other"
+    other.mkdir()
+    assert main(["--rescore", str(other), "--out", str(assets), "--name", "tiny"]) == 1

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from edgecap.contract.beam import DecodeOptions, beam_search
+from edgecap.data.synth.dataset import is_world_of
 from edgecap.errors import EdgecapError
 from edgecap.export.specs.base import ExportSpec
 from edgecap.models.decoding import CachedStepper, generate
@@ -85,17 +86,6 @@ def _data_dir(path: Path, label: str, features: str = "") -> ParityData:
     return ParityData(karpathy, images, h5, label)
 
 
-def _synth_matches(root: Path, synth: dict) -> bool:
-    meta = root / "synth.json"
-    if not (root / "dataset_coco.json").is_file() or not meta.is_file():
-        return False
-    try:
-        have = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return all(have.get(k) == synth.get(k) for k in ("seed", "size", "image_format"))
-
-
 def find_parity_data(data: str = "", meta: dict | None = None,
                      checkpoint: Path | None = None) -> tuple[ParityData | None, dict | None, list[str]]:
     """(data found, synthetic-world settings to regenerate from, places looked at).
@@ -130,7 +120,7 @@ def find_parity_data(data: str = "", meta: dict | None = None,
         if run_out:
             candidates.append(Path(run_out) / "data")
         for root in dict.fromkeys(candidates):
-            if _synth_matches(root, synth):
+            if is_world_of(root, synth):
                 return _data_dir(root, f"the training world {root}"), None, []
             looked.append(str(root))
         return None, synth, looked

@@ -1,6 +1,7 @@
 """Package a finished synthetic-world run as the demo model, with its measured numbers.
 
     python -m edgecap.train.demo runs/demo-tabletop            # -> edgecap/assets/demo-smart.*
+    python -m edgecap.train.demo --rescore runs/demo-tabletop/data   # the packaged asset, again
 
 Reads the run's `best_xe.pt` (end of XE), `last.pt` (end of SCST) and `best.pt`, captions the
 world's val and test splits with each, and writes
@@ -10,6 +11,11 @@ world's val and test splits with each, and writes
                              object coverage against the world's ground truth (objects.json;
                              box areas, "area > threshold", as `edgecap eval coverage`),
                              sample captions, training time and settings
+
+`--rescore WORLD` measures the packaged asset itself again on the world it was trained on
+(CIDEr-D and coverage, into the metrics file's `asset` entry) without touching the weights:
+for when the metric changes after the run's other checkpoints are gone. Each entry names the
+coverage rule it was measured with (`coverage_rule`).
 
 CIDEr-D document frequencies come from the references of the split being scored, as the
 COCO evaluation does. Coverage needs the `nlp` extra (spaCy + GloVe); without it the metrics
@@ -51,6 +57,10 @@ def caption_images(ck: Checkpoint, images: list[KarpathyImage], root: Path, beam
 
 
 COVERAGE_AREA = "box"  # the default of `edgecap eval coverage` and `edgecap run` (docs/coverage.md)
+COVERAGE_RULE = f"{COVERAGE_AREA} area > threshold"
+# Entries measured before coverage took box areas and "> t" carry no rule of their own.
+EARLIER_RULE = ("pixels area >= threshold (the rule when this entry was measured; its checkpoint "
+                "was not kept, so it cannot be measured again)")
 
 
 def ground_truth(objects: dict, image_id: str, size: int, area: str = COVERAGE_AREA) -> dict[str, float]:
@@ -90,6 +100,7 @@ def evaluate(ck: Checkpoint, data: Path, splits=("val", "test"), beams=(1, 3), s
                     summary = summarize(scorer.score(captions, gts))
                     entry[f"coverage_{name}"] = {label: None if v["mean"] is None else round(v["mean"], 4)
                                                  for label, v in summary["thresholds"].items()}
+                    entry["coverage_rule"] = COVERAGE_RULE
         result[split] = entry
     return result
 
@@ -128,8 +139,6 @@ def package(run: Path, out_dir: Path = ASSETS, name: str = "demo-smart", coverag
         "train_seconds": summary.get("train_seconds"),
         "steps": summary["step"],
         "coverage": coverage_note,
-        "coverage_area": COVERAGE_AREA,
-        "threshold_rule": "area > threshold",
         "training_curve": [{"phase": r["phase"], "epoch": r["epoch"], "val_cider_d_greedy": round(r["cider_d"], 4)}
                            for r in vals],
     }
@@ -150,15 +159,58 @@ def package(run: Path, out_dir: Path = ASSETS, name: str = "demo-smart", coverag
     return metrics
 
 
+def rescore(data: Path, out_dir: Path = ASSETS, name: str = "demo-smart") -> dict:
+    """Measure the packaged asset again on `data`, the world it was trained on, into the
+    metrics file's `asset` entry; the weights are not rewritten."""
+    from edgecap.data.synth.dataset import is_world_of
+    from edgecap.metrics.coverage import CoverageScorer
+
+    asset, metrics_path = out_dir / f"{name}.pt", out_dir / f"{name}.metrics.json"
+    for f in (asset, metrics_path):
+        if not f.is_file():
+            raise EdgecapError(f"{f} does not exist: package a finished run first")
+    ck = load_checkpoint(asset)
+    synth = ((ck.meta.get("train_config") or {}).get("data") or {}).get("synth")
+    if not synth:
+        raise EdgecapError(f"{asset} does not name the synthetic world it was trained on (meta train_config)")
+    data = Path(data)
+    if not is_world_of(data, synth, ("seed", "size", "image_format", "images")):
+        raise EdgecapError(
+            f"{data} is not the world {asset.name} was trained on; make it with: edgecap data synth --out "
+            f"{data} --images {synth['images']} --seed {synth['seed']} --size {synth['size']} "
+            f"--format {synth['image_format']}")
+    metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+    start = time.perf_counter()
+    measured = evaluate(ck, data, scorer=CoverageScorer())
+    metrics["asset"] = {**metrics.get("asset", {}), **measured,
+                        "eval_seconds": round(time.perf_counter() - start, 1)}
+    for phase in ("xe", "scst"):
+        for entry in (metrics.get(phase) or {}).values():
+            if isinstance(entry, dict) and "coverage_beam3" in entry:
+                entry.setdefault("coverage_rule", EARLIER_RULE)
+    metrics["coverage"] = (f"SMArT object coverage (spaCy nouns, GloVe 6B-50d, clipped cosine) of the beam-3 "
+                           f"captions vs the world's objects.json, per area threshold; each entry's "
+                           f"coverage_rule says how an object's area was measured ({COVERAGE_RULE} now)")
+    write_json_atomic(metrics_path, metrics)
+    return metrics
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edgecap.train.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("run", help="finished run directory of configs/demo-tabletop.toml")
+    parser.add_argument("run", nargs="?", help="finished run directory of configs/demo-tabletop.toml")
+    parser.add_argument("--rescore", metavar="WORLD", default=None,
+                        help="measure the packaged asset again on WORLD, its training world (no run needed)")
     parser.add_argument("--out", default=str(ASSETS), help="asset directory (default: edgecap/assets)")
     parser.add_argument("--name", default="demo-smart")
     parser.add_argument("--no-coverage", action="store_true", help="skip object coverage (no spaCy / GloVe)")
     args = parser.parse_args(argv)
+    if (args.run is None) == (args.rescore is None):
+        parser.error("give a finished run directory, or --rescore WORLD")
     try:
-        metrics = package(Path(args.run), Path(args.out), args.name, coverage=not args.no_coverage)
+        if args.rescore is not None:
+            metrics = rescore(Path(args.rescore), Path(args.out), args.name)
+        else:
+            metrics = package(Path(args.run), Path(args.out), args.name, coverage=not args.no_coverage)
     except EdgecapError as exc:
         print(f"edgecap.train.demo: error: {exc}", file=sys.stderr)
         return 1

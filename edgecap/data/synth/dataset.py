@@ -105,6 +105,22 @@ def generate_dataset(out, n_images: int, seed: int = 0, size: int = 128, sequenc
             "mcap": str(out / "video" / "tabletop.mcap") if mcap else None}
 
 
+def is_world_of(root: str | Path, synth: dict, keys=("seed", "size", "image_format")) -> bool:
+    """Whether `root` holds a world `generate_dataset` wrote with these settings (a training
+    config's [data.synth]): its synth.json agrees on `keys`."""
+    import json
+
+    root = Path(root)
+    meta = root / "synth.json"
+    if not (root / "dataset_coco.json").is_file() or not meta.is_file():
+        return False
+    try:
+        have = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(have, dict) and all(have.get(k) == synth.get(k) for k in keys)
+
+
 def _write_karpathy(root: Path, n: int, seed: int, size: int, fmt: str, bar) -> list[dict]:
     splits = split_plan(n, seed)
     entries, objects = [], {}
@@ -163,4 +179,4 @@ def _write_video(path: Path, seed: int, size: int, n_frames: int, fps: float, ba
             log.abort()  # no-op once closed; removes the unfinished log otherwise
 
 
-__all__ = ["generate_dataset", "split_plan"]
+__all__ = ["generate_dataset", "is_world_of", "split_plan"]
