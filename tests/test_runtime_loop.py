@@ -2,6 +2,7 @@
 coverage, the beam governor, rate limiting and the `edgecap run` plumbing."""
 
 import json
+import re
 import threading
 
 import cv2
@@ -277,3 +278,57 @@ def test_detections_replace_the_sources_own_objects(tmp_path):
                  threading.Event(), annotate_objects=lambda f: detected.get(f.frame_id))
     assert [o.cls for o in records[0].frame.objects] == ["cup"]
     assert records[1].frame.objects is None
+
+
+def test_run_outputs_never_replace_what_edgecap_did_not_write(tmp_path):
+    import io
+
+    folder = _folder(tmp_path, [RED, GREEN])
+
+    def run(**outputs):
+        return execute(Captioner(FakeBundle()), RunSettings(source=str(folder), quiet=True, **outputs),
+                       out=io.StringIO())
+
+    detections = tmp_path / "video.jsonl"  # a detector's output, the usual --detections input
+    detections.write_text('{"frame_id": 0, "objects": [{"class": "cup", "box": [0, 0, 4, 4]}]}\n')
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("my notes\n")
+    theirs = tmp_path / "drive.mp4"  # a camera's recording: not mp4v
+    writer = cv2.VideoWriter(str(theirs), cv2.VideoWriter_fourcc(*"MJPG"), 5, (16, 16))
+    writer.write(np.zeros((16, 16, 3), np.uint8))
+    writer.release()
+    their_summary = tmp_path / "fresh.summary.json"  # where --jsonl fresh.jsonl puts its summary
+    their_summary.write_text('{"mine": 1}')
+    kept = {p: p.read_bytes() for p in (detections, notes, theirs, their_summary)}
+    for outputs, message in [
+        ({"jsonl": str(detections), "detections": str(detections)},
+         f"--jsonl {detections} is also --detections; write each output to its own file"),
+        ({"jsonl": str(notes)}, f"--jsonl {notes} exists and is not a caption log written by edgecap run"),
+        ({"jsonl": str(notes), "append": True}, "not appending to it"),
+        ({"jsonl": str(tmp_path / "fresh.jsonl")},
+         f"its summary file {their_summary} exists and is not a run summary written by edgecap run"),
+        ({"save_video": str(theirs)}, f"--save-video {theirs} exists and is not a video edgecap could have written"),
+    ]:
+        with pytest.raises(EdgecapError, match=re.escape(message)):
+            run(**outputs)
+    assert {p: p.read_bytes() for p in kept} == kept
+    # what edgecap run wrote, it replaces
+    ours = {"jsonl": str(tmp_path / "run.jsonl"), "save_video": str(tmp_path / "run.mp4")}
+    for frames in (2, 1):
+        summary, error = run(frames=frames, **ours)
+        assert error is None and len((tmp_path / "run.jsonl").read_text().splitlines()) == frames
+
+
+def test_save_video_over_its_own_source_is_refused(tmp_path):
+    import io
+
+    video = tmp_path / "clip.mp4"
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"mp4v"), 5, (16, 16))
+    for _ in range(3):
+        writer.write(np.zeros((16, 16, 3), np.uint8))
+    writer.release()
+    before = video.read_bytes()
+    with pytest.raises(EdgecapError, match=re.escape(f"--save-video {video} is also --source")):
+        execute(Captioner(FakeBundle()), RunSettings(source=str(video), save_video=str(video)),
+                out=io.StringIO())
+    assert video.read_bytes() == before

@@ -17,6 +17,8 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from .records import summary_path
+
 
 @dataclass
 class RunSettings:
@@ -200,15 +202,41 @@ def _check(settings: RunSettings) -> None:
                         ("--source-fps", settings.source_fps)):
         if value is not None and not value > 0:
             raise EdgecapError(f"{name} must be > 0, got {value}")
-    # outputs are probed before the bundle loads, not found unwritable at the first caption
+    # outputs are checked before the bundle loads, not found unwritable at the first caption
+    _check_outputs_are_not_inputs(settings)
     if settings.jsonl:
         from edgecap.io import probe_writable
 
+        from .records import check_jsonl_target
+
+        check_jsonl_target(settings.jsonl, settings.append)
         probe_writable(settings.jsonl, "--jsonl", file=True)
     if settings.save_video:
         from .overlay import check_video_path
 
         check_video_path(settings.save_video)
+
+
+def _check_outputs_are_not_inputs(settings: RunSettings) -> None:
+    """`--jsonl video.jsonl` where video.jsonl is the --detections file, `--save-video clip.mp4`
+    where clip.mp4 is the --source: one line, before anything is overwritten. (--out-mcap and
+    --rerun replace only files that carry edgecap's own metadata.)"""
+    import os
+
+    from edgecap.errors import EdgecapError
+
+    outputs = {"--jsonl": settings.jsonl, "--save-video": settings.save_video}
+    if settings.jsonl:
+        outputs["the --jsonl summary"] = summary_path(settings.jsonl)
+    inputs = {"--source": settings.source, "--detections": settings.detections}
+    seen: list[tuple[str, str]] = [(flag, os.path.expanduser(p)) for flag, p in inputs.items()
+                                   if p and os.path.isfile(os.path.expanduser(p))]
+    for flag, path in ((f, os.path.expanduser(p)) for f, p in outputs.items() if p):
+        for other, other_path in seen:
+            if os.path.abspath(path) == os.path.abspath(other_path) or (
+                    os.path.exists(path) and os.path.exists(other_path) and os.path.samefile(path, other_path)):
+                raise EdgecapError(f"{flag} {path} is also {other}; write each output to its own file")
+        seen.append((flag, path))
 
 
 def default_pace(source) -> str:
@@ -346,13 +374,6 @@ def _check_out_mcap(path: str, source) -> None:
         raise EdgecapError(f"--out-mcap {path} is the input log; write the captions to their "
                            "own file")
     check_target(path)
-
-
-def summary_path(jsonl: str):
-    from pathlib import Path
-
-    path = Path(jsonl)
-    return path.with_name(path.stem + ".summary.json")
 
 
 def run(args) -> int:

@@ -190,6 +190,7 @@ def annotate(record: Record, min_width: int = MIN_WIDTH, caption_lines: int | No
 
 # containers OpenCV's writer fills with mp4v video (checked with OpenCV 4.x and 5.x)
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".avi", ".mkv")
+VIDEO_CODEC = "mp4v"
 
 
 def check_video_path(path: str | os.PathLike) -> None:
@@ -199,7 +200,26 @@ def check_video_path(path: str | os.PathLike) -> None:
         what = f"a {path.suffix} file" if path.suffix else "a file without a suffix"
         raise EdgecapError(f"--save-video {path}: OpenCV cannot write video into {what}; "
                            f"use one of {', '.join(VIDEO_SUFFIXES)}")
+    if path.is_file() and path.stat().st_size and not _reads_as_ours(path):
+        raise EdgecapError(f"--save-video {path} exists and is not a video edgecap could have written "
+                           f"(OpenCV does not read it as {VIDEO_CODEC} video); not overwriting it "
+                           "(choose another file)")
     probe_writable(path, "--save-video", file=True)
+
+
+def _reads_as_ours(path: Path) -> bool:
+    """An existing video OpenCV reads as MPEG-4 Part 2, what --save-video writes. Video files
+    carry no mark OpenCV can write, so this is the closest test: a camera's or phone's H.264 /
+    HEVC recording, or any non-video file, is refused; an mp4v video from elsewhere is not told
+    apart."""
+    import cv2
+
+    capture = cv2.VideoCapture(str(path))
+    try:
+        fourcc = int(capture.get(cv2.CAP_PROP_FOURCC)) if capture.isOpened() else 0
+    finally:
+        capture.release()
+    return fourcc.to_bytes(4, "little").decode("latin-1").upper() in ("FMP4", "MP4V")
 
 
 class VideoSink:
@@ -221,9 +241,9 @@ class VideoSink:
         size = (frame.shape[1], frame.shape[0])
         if self._writer is None:
             self._work = WorkDir(self.path, "--save-video")
-            writer = cv2.VideoWriter(str(self._work.file()), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, size)
+            writer = cv2.VideoWriter(str(self._work.file()), cv2.VideoWriter_fourcc(*VIDEO_CODEC), self.fps, size)
             if not writer.isOpened():
-                raise EdgecapError(f"--save-video {self.path}: OpenCV cannot write mp4v video there")
+                raise EdgecapError(f"--save-video {self.path}: OpenCV cannot write {VIDEO_CODEC} video there")
             self._writer, self._size = writer, size
         if size != self._size:  # a stream that changed resolution on reopen
             frame = cv2.resize(frame, self._size, interpolation=cv2.INTER_AREA)

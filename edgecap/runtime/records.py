@@ -115,6 +115,51 @@ class JsonlWriter:
             self._fh.close()
 
 
+def check_jsonl_target(path: str | os.PathLike, append: bool) -> None:
+    """Refuse (one line) a --jsonl FILE, or the FILE.summary.json beside it, that exists and is
+    not what `edgecap run` writes: replacing or appending to it would spoil someone's file."""
+    from edgecap.errors import EdgecapError
+
+    path = Path(path)
+    if path.is_file() and not _is_caption_log(path):
+        raise EdgecapError(f"--jsonl {path} exists and is not a caption log written by edgecap run "
+                           f"(its first line is not a caption record); not "
+                           f"{'appending to' if append else 'overwriting'} it (choose another file)")
+    summary = summary_path(path)
+    if summary.exists() and not _is_summary(summary):
+        raise EdgecapError(f"--jsonl {path}: its summary file {summary} exists and is not a run "
+                           "summary written by edgecap run; not overwriting it (choose another file)")
+
+
+def summary_path(jsonl: str | os.PathLike) -> Path:
+    """FILE.summary.json beside --jsonl FILE.jsonl."""
+    path = Path(jsonl)
+    return path.with_name(path.stem + ".summary.json")
+
+
+def _is_caption_log(path: Path) -> bool:
+    """Empty, or its first line is a caption record or a run marker (what JsonlWriter writes;
+    any JSON object with a "caption" counts, so captions from elsewhere can be appended to)."""
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline(1 << 20)
+            rest = fh.read(1)
+        if not first.strip():
+            return not rest  # nothing in it to lose
+        line = json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return isinstance(line, dict) and ("caption" in line or line.get("kind") in (RUN_START, RUN_END))
+
+
+def _is_summary(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and {"frames_captioned", "stopped_by"} <= data.keys()
+
+
 def _ends_with_newline(path: Path) -> bool:
     with path.open("rb") as fh:
         fh.seek(-1, os.SEEK_END)
