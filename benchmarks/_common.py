@@ -112,3 +112,16 @@ def print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
         print("  ".join(cells[j][i].rjust(widths[j]) for j in range(len(columns))))
         if i == 0:
             print("  ".join("-" * w for w in widths))
+
+
+def save_png(fig, path: Path, dpi: int = 110) -> Path:
+    """Write a matplotlib figure as PNG atomically (a reader never sees half a plot), then free it."""
+    import matplotlib.pyplot as plt
+
+    from edgecap.io import atomic_path
+
+    fig.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
+    plt.close(fig)
+    return path

@@ -343,8 +343,7 @@ def plot(rows, out: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from edgecap.io import atomic_path
+    from _common import save_png
 
     ok = [r for r in rows if r["status"] == "ok"]
     written = []
@@ -370,12 +369,7 @@ def plot(rows, out: Path) -> list[Path]:
             ax.set_ylabel("ms per caption")
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=7)
-        fig.tight_layout()
-        path = out / f"latency_vs_batch_beam{beam}.png"
-        with atomic_path(path, suffix=".png") as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
-        plt.close(fig)
-        written.append(path)
+        written.append(save_png(fig, out / f"latency_vs_batch_beam{beam}.png"))
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for backend, color in zip(ALL_BACKENDS, COLORS, strict=False):
         pts = [(r["batch_ms"], r["captions_per_s"]) for r in ok if r["backend"] == backend]
@@ -388,12 +382,7 @@ def plot(rows, out: Path) -> list[Path]:
     ax.set_title("throughput vs latency (all models, batches, beams)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "throughput_vs_latency.png"
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    written.append(path)
+    written.append(save_png(fig, out / "throughput_vs_latency.png"))
     return written
 
 

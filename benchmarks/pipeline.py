@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO, host_info, percentile, print_table, write_csv, write_json  # noqa: E402
+from _common import REPO, host_info, percentile, print_table, save_png, write_csv, write_json  # noqa: E402
 
 FRONTENDS = ("mobilenet_v3_large", "efficientnet_b0", "resnet50", "RN50", "ViT-B-32", "ViT-B-16", "ViT-L-14")
 CAPTIONERS = ("smart", "pma-edge", "m2")
@@ -444,8 +444,6 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from edgecap.io import atomic_path
-
     written = []
     for batch in sorted({r["batch"] for r in rows if r["status"] == "ok"}):
         ok = [r for r in rows if r["status"] == "ok" and r["batch"] == batch]
@@ -463,12 +461,7 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
         ax.set_title(f"frame to caption with coverage, batch {batch}")
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
-        path = out / f"pipeline_stages_b{batch}.png"
-        with atomic_path(path, suffix=".png") as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
-        plt.close(fig)
-        written.append(path)
+        written.append(save_png(fig, out / f"pipeline_stages_b{batch}.png"))
     return written
 
 

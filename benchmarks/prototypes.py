@@ -147,7 +147,7 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from edgecap.io import atomic_path
+    from benchmarks._common import save_png
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for colour, count in enumerate(sorted({r["m"] for r in rows})):
@@ -163,10 +163,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_title(f"PMA prototype refresh: K-Means ({it} it.) + top-k kNN, d={d}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=120)
-    plt.close(fig)
+    save_png(fig, path, dpi=120)
 
 
 def main(argv=None) -> int:

@@ -59,6 +59,18 @@ def test_int8_vit_visual_graph_reports_its_own_caption_agreement(tmp_path):
     assert 0 <= report["visual_beam_identical"] <= 1 and report["max_abs_delta"]["visual"] > 1e-3
 
 
+def test_fp16_visual_graph_reports_its_feature_delta_without_gating_on_it(tmp_path):
+    ckpt = save_tiny(tmp_path / "m.pt", "smart", **small_captioner("mobilenet_v3_large"))
+    result = export(ckpt, tmp_path / "bundle", precision="fp16")
+    assert result.manifest.graph("visual").precision == "fp16"
+    report = result.parity["onnxruntime"]
+    assert report["precision"] == "fp16" and report["passed"]
+    # half precision through a CNN is far outside the fp32 tolerance: reported, not a failure
+    delta, scale = report["max_abs_delta"]["visual"], report["feature_scale"]
+    assert 1e-3 * scale < delta < 0.5 * scale
+    assert 0 <= report["visual_beam_identical"] <= 1
+
+
 def test_vit_l_14_grid_at_a_small_input():
     frontend = build_frontend("ViT-L-14", 56)
     feats, mask = frontend(torch.randn(1, 3, 56, 56))
