@@ -84,7 +84,8 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="smallest front end at 64 px, a small captioner, few frames")
     p.add_argument("--replot", action="store_true", help="re-render plots and tables from OUT/pipeline.json")
     p.add_argument("--resume", action="store_true",
-                   help="keep the rows OUT/pipeline.json already holds (same settings) and measure the rest")
+                   help="keep the rows OUT/pipeline.json already holds (same settings) and measure the rest; "
+                        "rows outside this sweep stay too, so a sweep can run in parts")
     p.add_argument("--child", help=argparse.SUPPRESS)  # JSON job: measure one configuration in this process
     args = p.parse_args(argv)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
@@ -522,6 +523,9 @@ def main(argv=None) -> int:
     for cfg in todo:
         groups.setdefault((cfg.frontend, cfg.captioner), []).append(cfg)
     rows = report["rows"]
+    # rows of earlier parts of the sweep (other front ends, captioners, ...) stay in the report,
+    # also when this part is interrupted
+    rows += [row for key, row in done.items() if key not in {c.key for c in todo}]
     try:
         with tqdm(total=len(todo), desc="pipeline", unit="config", file=sys.stderr) as bar:
             for (frontend, captioner), group in groups.items():
@@ -547,6 +551,7 @@ def main(argv=None) -> int:
             import shutil
 
             shutil.rmtree(workdir, ignore_errors=True)
+    rows.sort(key=table_order)
     report["complete"] = True
     write_outputs(report, out)
     print_table([r for r in rows if r["status"] == "ok"], COLUMNS[:4] + COLUMNS[9:12] + [COLUMNS[12], COLUMNS[16]])
@@ -554,6 +559,11 @@ def main(argv=None) -> int:
         if r["status"] != "ok":
             print(f"{r['status']}: {Config(r['frontend'], r['captioner'], r['backend'], r['batch']).key}: {r['reason']}")
     return 0
+
+
+def table_order(row: dict) -> tuple:
+    return (FRONTENDS.index(row["frontend"]), CAPTIONERS.index(row["captioner"]), BACKENDS.index(row["backend"]),
+            row["batch"])
 
 
 def previous_rows(path: Path, settings: dict) -> dict:

@@ -1,4 +1,5 @@
-"""benchmarks/pipeline.py: the camera replay, and --quick writing its table, CSV, JSON and plot."""
+"""benchmarks/pipeline.py: the camera replay, and --quick writing its table, CSV, JSON and plot
+(--resume keeping the rows of an earlier part of the sweep)."""
 
 import json
 import subprocess
@@ -10,7 +11,7 @@ from tests.conftest import REPO
 
 sys.path.insert(0, f"{REPO}/benchmarks")
 
-from pipeline import sustained  # noqa: E402
+from pipeline import COLUMNS, sustained  # noqa: E402
 
 
 def test_a_captioner_faster_than_the_camera_keeps_every_frame():
@@ -29,11 +30,21 @@ def test_a_slow_captioner_takes_the_newest_frame_and_counts_the_drops():
 
 def test_quick_run_writes_table_csv_json_and_stage_plot(tmp_path):
     out = tmp_path / "pipe"
+    out.mkdir()
+    # an earlier part of the sweep (another front end, same settings): --resume keeps its row
+    settings = {"frames": 2, "warmup": 1, "threads": 2, "image_size": 64, "quick": True}
+    earlier = {"frontend": "ViT-B-32", "captioner": "pma-edge", "backend": "onnxruntime", "batch": 4,
+               "status": "ok", **{k: 1.0 for k, _, _ in COLUMNS[4:]}}
+    (out / "pipeline.json").write_text(json.dumps({"settings": settings, "rows": [earlier]}))
     cmd = [sys.executable, f"{REPO}/benchmarks/pipeline.py", "--quick", "--backends", "onnxruntime,tensorrt",
-           "--batches", "1", "--frames", "2", "--out", str(out)]
+           "--batches", "1", "--frames", "2", "--out", str(out), "--resume"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    rows = {r["backend"]: r for r in json.loads((out / "pipeline.json").read_text())["rows"]}
+    report = json.loads((out / "pipeline.json").read_text())
+    assert [(r["frontend"], r["backend"]) for r in report["rows"]] == [
+        ("mobilenet_v3_large", "onnxruntime"), ("mobilenet_v3_large", "tensorrt"), ("ViT-B-32", "onnxruntime")]
+    assert report["rows"][-1] == earlier and "| ViT-B-32 | pma-edge | onnxruntime | 4 |" in (out / "pipeline.md").read_text()
+    rows = {r["backend"]: r for r in report["rows"] if r["frontend"] == "mobilenet_v3_large"}
     ort = rows["onnxruntime"]
     assert ort["status"] == "ok" and ort["frontend"] == "mobilenet_v3_large"
     assert all(ort[f"{s}_ms"] >= 0 for s in ("preprocess", "visual", "encoder", "decode", "coverage"))
