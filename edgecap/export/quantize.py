@@ -32,6 +32,22 @@ def _has_ops(path: Path, ops) -> bool:
     return any(n.op_type in ops for n in onnx.load(str(path)).graph.node)
 
 
+def linear_layers(path: Path) -> list[str]:
+    """MatMul / Gemm nodes whose second input is a 2-D weight initialiser: the linear layers.
+
+    Only these get int8 weights (one scale per output column). The other constant MatMuls,
+    e.g. the learned memory slots' keys and values multiplied per head, are attention
+    operands: onnxruntime's int8 kernels accept one scale per column of a 2-D weight only, and
+    per-tensor scales on them were the largest int8 error on the trained demo model.
+    """
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    rank = {t.name: len(t.dims) for t in graph.initializer}
+    return [n.name for n in graph.node
+            if n.op_type in DYNAMIC_OPS and len(n.input) > 1 and rank.get(n.input[1]) == 2]
+
+
 class _Feeds:
     """onnxruntime's CalibrationDataReader over a list of feed dicts."""
 
@@ -76,7 +92,8 @@ def quantize_int8(src: Path, dst: Path, mode: str, feeds: list[dict] | None = No
     try:
         with contextlib.redirect_stdout(quiet):
             if mode == "dynamic":
-                quantize_dynamic(str(src), str(dst), op_types_to_quantize=ops, weight_type=QuantType.QInt8)
+                quantize_dynamic(str(src), str(dst), op_types_to_quantize=ops, weight_type=QuantType.QInt8,
+                                 per_channel=True, nodes_to_quantize=linear_layers(src))
             elif mode == "static":
                 if not feeds:
                     raise EdgecapError(f"static int8 quantization of {src.name} needs calibration inputs")
