@@ -31,3 +31,17 @@ def test_latency_quick_writes_table_csv_json_and_plots(tmp_path):
     (out / "latency.md").unlink()
     replot = subprocess.run([*cmd, "--replot"], capture_output=True, text=True, timeout=120)
     assert replot.returncode == 0 and (out / "latency.md").exists()
+
+
+def test_ort_settings_quick_reports_fusions_start_and_spinning(tmp_path):
+    out = tmp_path / "ort"
+    cmd = [sys.executable, f"{REPO}/benchmarks/ort_settings.py", "--quick", "--model", "smart", "--out", str(out)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads((out / "ort_settings.json").read_text())
+    for precision in ("fp32", "int8"):
+        b = report["bundles"][precision]
+        assert b["fusions"]["decoder_step"]["nodes_in_session"] < b["fusions"]["decoder_step"]["nodes"]
+        assert b["start"]["optimised_at_start_ms"] > 0 and b["spinning"]["no_spin"]["cpu_ms"] > 0
+    assert "DynamicQuantizeMatMul" in report["bundles"]["int8"]["fusions"]["decoder_step"]["made_in_session"]
+    assert "| int8 | decoder_step |" in (out / "ort_settings.md").read_text()

@@ -263,6 +263,19 @@ def test_video_overlay_highlights_mentioned_objects():
     assert tuple(out[int(30 * scale), int(45 * scale)]) == GREY  # the unmentioned bowl
 
 
+def test_sleeping_threads_caption_the_same_as_spinning_ones(tiny):
+    # spin=False is the robot's choice when other processes need the cores between steps;
+    # it must reach onnxruntime and change nothing but timing.
+    _, bundle = tiny
+    frames = _frames(2)
+    spinning = Captioner.from_bundle(bundle, threads=2)
+    sleeping = Captioner.from_bundle(bundle, threads=2, spin=False)
+    config = lambda c: {role: g.session.get_session_options().get_session_config_entry(  # noqa: E731
+        "session.intra_op.allow_spinning") for role, g in c.bundle._graphs.items()}
+    assert set(config(spinning).values()) == {"1"} and set(config(sleeping).values()) == {"0"}
+    assert [c.tokens for c in sleeping.caption(frames)] == [c.tokens for c in spinning.caption(frames)]
+
+
 def test_decoding_reuses_its_buffers_across_frames_without_leaking_state(tiny):
     from edgecap.contract.beam import DecodeOptions
     from edgecap.runtime.session import Bundle

@@ -116,9 +116,12 @@ def check_graph_io(session, entry: GraphEntry, path: Path) -> None:
 
 
 class OrtGraph:
-    def __init__(self, path: Path, entry: GraphEntry, providers: list[str] | None, threads: int = 0):
+    def __init__(self, path: Path, entry: GraphEntry, providers: list[str] | None, threads: int = 0,
+                 spin: bool = True):
         """providers: None picks the best installed (falling back, and saying so once);
-        named ones must all start."""
+        named ones must all start. threads: intra-op threads (0: onnxruntime's default, one
+        per physical core). spin: whether idle intra-op threads busy-wait for the next op
+        (onnxruntime's default) or sleep, leaving their cores to the robot's other processes."""
         import onnxruntime as ort
 
         explicit = providers is not None
@@ -126,6 +129,7 @@ class OrtGraph:
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         try:
             self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
         except Exception as exc:  # onnxruntime raises its own exception types

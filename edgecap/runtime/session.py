@@ -150,8 +150,11 @@ class Bundle:
     # -- loading -----------------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike, providers: list[str] | None = None, engine: str = "auto",
-             threads: int = 0) -> Bundle:
+             threads: int = 0, spin: bool = True) -> Bundle:
         """Validate the manifest and every listed file, then open the graphs.
+
+        threads / spin: onnxruntime's intra-op threads (0: one per physical core) and whether
+        they busy-wait between ops (docs/runtime.md, "onnxruntime settings").
 
         engine: "auto" uses the bundle's TensorRT engines when it has them and `tensorrt` can
         be imported (an engine built elsewhere is refused, saying how to rebuild), otherwise
@@ -175,7 +178,7 @@ class Bundle:
                 continue
             entry = manifest.graph(role)
             if entry is not None:
-                graphs[role] = OrtGraph(root / entry.file, entry, providers, threads=threads)
+                graphs[role] = OrtGraph(root / entry.file, entry, providers, threads=threads, spin=spin)
         return cls(root, manifest, graphs, "tensorrt" if use_trt else "onnxruntime")
 
     # -- what the bundle is ------------------------------------------------------------------
