@@ -234,7 +234,7 @@ class TorchPipeline:
             t2 = time.perf_counter()
             cross = model.encode(feats, mask)
             t3 = time.perf_counter()
-            stepper = CachedStepper(model, cross, len(frames) * BEAM, BEAM)
+            stepper = CachedStepper(model, cross, len(frames) * BEAM)  # cross stays at the image batch
             hyp = beam_search(stepper, len(frames), DecodeOptions(beam_size=BEAM, max_len=cfg.max_len),
                               cfg.bos_id, cfg.eos_id, cfg.pad_id)
         texts = [" ".join(self.ckpt.vocab.decode([int(t) for t in row[0][:n[0]]]))

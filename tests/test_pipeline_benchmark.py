@@ -36,13 +36,14 @@ def test_quick_run_writes_table_csv_json_and_stage_plot(tmp_path):
     earlier = {"frontend": "ViT-B-32", "captioner": "pma-edge", "backend": "onnxruntime", "batch": 4,
                "status": "ok", **{k: 1.0 for k, _, _ in COLUMNS[4:]}}
     (out / "pipeline.json").write_text(json.dumps({"settings": settings, "rows": [earlier]}))
-    cmd = [sys.executable, f"{REPO}/benchmarks/pipeline.py", "--quick", "--backends", "onnxruntime,tensorrt",
+    cmd = [sys.executable, f"{REPO}/benchmarks/pipeline.py", "--quick", "--backends", "torch,onnxruntime,tensorrt",
            "--batches", "1", "--frames", "2", "--out", str(out), "--resume"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads((out / "pipeline.json").read_text())
     assert [(r["frontend"], r["backend"]) for r in report["rows"]] == [
-        ("mobilenet_v3_large", "onnxruntime"), ("mobilenet_v3_large", "tensorrt"), ("ViT-B-32", "onnxruntime")]
+        ("mobilenet_v3_large", "torch"), ("mobilenet_v3_large", "onnxruntime"), ("mobilenet_v3_large", "tensorrt"),
+        ("ViT-B-32", "onnxruntime")]
     assert report["rows"][-1] == earlier and "| ViT-B-32 | pma-edge | onnxruntime | 4 |" in (out / "pipeline.md").read_text()
     rows = {r["backend"]: r for r in report["rows"] if r["frontend"] == "mobilenet_v3_large"}
     ort = rows["onnxruntime"]
@@ -51,6 +52,9 @@ def test_quick_run_writes_table_csv_json_and_stage_plot(tmp_path):
     assert ort["visual_ms"] > 0 and ort["total_p99_ms"] >= ort["total_p50_ms"] > 0
     assert ort["rss_mb"] > 0 and ort["bundle_mb"] > 0 and ort["cam15_captions_per_s"] > 0
     assert rows["tensorrt"]["status"] == "skipped" or rows["tensorrt"]["status"] == "ok"
+    # the checkpoint in PyTorch (the same beam search over the static cache) writes the same caption
+    assert rows["torch"]["status"] == "ok", rows["torch"].get("reason")
+    assert rows["torch"]["sample_caption"] == ort["sample_caption"] and rows["torch"]["decode_ms"] > 0
     assert "total_p95_ms" in (out / "pipeline.csv").read_text().splitlines()[0]
     assert "| mobilenet_v3_large | smart | onnxruntime | 1 |" in (out / "pipeline.md").read_text()
     assert (out / "pipeline_stages_b1.png").stat().st_size > 1000
