@@ -19,6 +19,8 @@ world whose objects are known, so coverage is scored as on the robot. Per row:
   newest-frame policy (a batch of B takes the newest frame of each of B cameras): the measured
   batch latencies replayed against the camera clock for 60 s, frames dropped counted;
 - resident memory of the captioning process after the run (VmRSS) and its peak (VmHWM);
+- the machine's 1-minute load average when the row's timing ends (above the thread count,
+  something else was running: the row is slower than the configuration is);
 - the bundle's size on disk.
 
 Writes OUT/pipeline.{json,csv,md} and OUT/pipeline_stages_b{B}.png (stacked stage bars).
@@ -33,6 +35,7 @@ import contextlib
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -288,7 +291,7 @@ def measure(job: dict) -> dict:
         sample = texts[0]
     return {"stage_ms": {s: percentile(v, 50) for s, v in stages.items()}, "totals_ms": totals,
             "coverage_on": coverage.enabled, "mean_coverage": sum(scores) / len(scores) if scores else None,
-            "sample_caption": sample, **memory_mb()}
+            "sample_caption": sample, "load_1m": os.getloadavg()[0], **memory_mb()}
 
 
 def run_child(job: dict, timeout: float, nice: int = 0) -> dict:
@@ -472,7 +475,7 @@ COLUMNS = [("frontend", "front end", "s"), ("captioner", "captioner", "s"), ("ba
            ("total_p50_ms", "p50", ".0f"), ("total_p95_ms", "p95", ".0f"), ("total_p99_ms", "p99", ".0f"),
            ("cam15_captions_per_s", "cap/s@15", ".2f"), ("cam15_dropped_pct", "drop%@15", ".0f"),
            ("cam30_captions_per_s", "cap/s@30", ".2f"), ("cam30_dropped_pct", "drop%@30", ".0f"),
-           ("rss_mb", "RSS MB", ".0f"), ("bundle_mb", "size MB", ".0f")]
+           ("rss_mb", "RSS MB", ".0f"), ("bundle_mb", "size MB", ".0f"), ("load_1m", "load", ".1f")]
 
 
 def markdown(rows: list[dict]) -> str:
