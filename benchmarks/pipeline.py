@@ -460,11 +460,11 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
             left = [a + b for a, b in zip(left, values, strict=True)]
         ax.set_yticks(range(len(ok)), labels, fontsize=7)
         ax.invert_yaxis()
-        ax.set_xscale("log")
-        ax.set_xlabel(f"ms per batch of {batch} frame{'s' if batch > 1 else ''} (median per stage, log scale)")
+        # linear: on a log axis a stacked bar's first segment looks like most of the total
+        ax.set_xlabel(f"ms per batch of {batch} frame{'s' if batch > 1 else ''} (median per stage)")
         ax.set_title(f"frame to caption with coverage, batch {batch}")
         ax.grid(axis="x", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         written.append(save_png(fig, out / f"pipeline_stages_b{batch}.png"))
     return written
 
