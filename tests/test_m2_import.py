@@ -336,6 +336,24 @@ def test_cli_writes_a_checkpoint_that_reproduces_the_official_model(official, tm
     assert ckpt.vocab.itos == ITOS and ckpt.meta["source"] == "aimagelab/meshed-memory-transformer"
 
 
+def test_half_rounds_the_weights_but_keeps_the_official_position_table(official, tmp_path, run_cli):
+    """--half stored the official (random, frozen) table as fp16 like every weight; the table is
+    kept exactly, the rest is fp16 and still gives the official model's words."""
+    state, weights, vocab = official
+    out = tmp_path / "m2-half.pt"
+    code, _, stderr = run_cli("import-m2", "--weights", weights, "--vocab", vocab, "--out", out,
+                              "--heads", H, "--max-len", 10, "--regions", 7, "--half")
+    assert code == 0, stderr
+    stored = torch.load(out, weights_only=True)["state_dict"]
+    assert stored["positions"].dtype == torch.float32 and torch.equal(stored["positions"], state[POS_KEY][:11])
+    assert stored["fc.weight"].dtype == torch.float16
+    feats, tokens = inputs(seed=3)
+    with torch.no_grad():
+        ref, _ = ref_forward(state, feats, tokens)
+        ours = load_checkpoint(out).model(feats, torch.ones(feats.shape[:2], dtype=torch.bool), tokens)
+    assert (ours - ref).abs().max() < 1e-2 and ours.argmax(-1).equal(ref.argmax(-1))
+
+
 @pytest.mark.slow
 def test_exported_bundle_reproduces_the_official_model(official, tmp_path, run_cli):
     """The checkpoint's table travels into the ONNX graphs: teacher-forced through the bundle's

@@ -30,6 +30,7 @@ from edgecap.models.factory import build_from_config
 FORMAT = "edgecap-checkpoint"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+FULL_PRECISION = ("positions",)  # tensors `half` keeps fp32
 
 
 @dataclass
@@ -46,8 +47,13 @@ class Checkpoint:
 def save_checkpoint(
     path: str | os.PathLike, model: Captioner, vocab: Vocab, meta: dict | None = None, half: bool = False
 ) -> Path:
-    """Write a checkpoint atomically; `half` stores floating weights as fp16 (smaller files)."""
-    state = {k: (v.half() if half and v.is_floating_point() else v).detach().cpu() for k, v in model.state_dict().items()}
+    """Write a checkpoint atomically; `half` stores floating weights as fp16 (smaller files),
+    except the decoder's position table: an imported M2 model's table is the official file's own
+    (random, never trained) and costs a few kB, so it is kept exactly as read."""
+    state = {
+        k: (v.half() if half and v.is_floating_point() and k not in FULL_PRECISION else v).detach().cpu()
+        for k, v in model.state_dict().items()
+    }
     payload = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
