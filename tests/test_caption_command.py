@@ -96,6 +96,11 @@ def test_bad_inputs_are_one_line_and_write_nothing(ckpt, tmp_path, run_cli):
     (tmp_path / "empty").mkdir()
     code, _, err = run_cli("caption", ckpt, tmp_path / "empty")
     assert code == 1 and "folder holds no images" in err
+    # a COCO-style layout (what edgecap data synth writes): the splits are named, not searched
+    _images(tmp_path / "coco" / "val2014", ["x.png"])
+    _images(tmp_path / "coco" / "train2014", ["y.png"])
+    code, _, err = run_cli("caption", ckpt, tmp_path / "coco")
+    assert code == 1 and "its subfolders train2014, val2014 do: give one of them" in err
 
     mine = tmp_path / "notes.json"
     mine.write_text('{"my": "notes"}')

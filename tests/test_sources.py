@@ -126,6 +126,10 @@ def test_unopenable_video_and_camera_are_open_errors(tmp_path):
     with pytest.raises(EdgecapError, match="no images"):
         (tmp_path / "empty").mkdir()
         open_source(str(tmp_path / "empty"))
+    (tmp_path / "split" / "val2014").mkdir(parents=True)
+    cv2.imwrite(str(tmp_path / "split" / "val2014" / "a.png"), np.zeros((8, 8, 3), np.uint8))
+    with pytest.raises(EdgecapError, match="its subfolders val2014 do: give one of them"):
+        open_source(str(tmp_path / "split"))
 
 
 def test_a_source_that_will_not_open_prints_only_our_one_line(tmp_path, capfd, monkeypatch):

@@ -62,6 +62,22 @@ class KnownObject:
                 "area": round(float(self.area), 6)}
 
 
+def folder_images(path: Path) -> list[Path]:
+    """The images directly in `path`, in name order (subfolders are not searched)."""
+    return sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def no_images_reason(path: Path) -> str:
+    """Why a folder gave no images, naming the subfolders that hold some (a COCO-style layout
+    such as images/train2014 + images/val2014 is read one split at a time)."""
+    with_images = sorted(d.name for d in path.iterdir() if d.is_dir() and folder_images(d))
+    reason = f"folder holds no images ({', '.join(IMAGE_SUFFIXES)})"
+    if with_images:
+        names = ", ".join(with_images[:4]) + (", ..." if len(with_images) > 4 else "")
+        reason += f"; its subfolders {names} do: give one of them"
+    return reason
+
+
 def world_objects(objects: list[dict], width: int, height: int, area: str = "box") -> list[KnownObject]:
     """The synthetic world's ground-truth records (class, inclusive box, `area` = mask pixel
     fraction) as KnownObjects whose area is the coverage area `area` asks for: the box
@@ -464,10 +480,9 @@ def make_source(spec: str, fps: float | None = None, topic: str | None = None, a
     if path.is_dir():
         if _is_acvr(path):
             return ACVRSource(path, fps, area)
-        images = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        images = folder_images(path)
         if not images:
-            raise SourceOpenError(f"source {text!r}: folder holds no images "
-                                  f"({', '.join(IMAGE_SUFFIXES)}) and no ACVR labels.json")
+            raise SourceOpenError(f"source {text!r}: {no_images_reason(path)}; no ACVR labels.json either")
         return FolderSource(images, text, fps)
     if path.is_file():
         if path.suffix.lower() in IMAGE_SUFFIXES:

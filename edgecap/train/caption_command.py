@@ -40,15 +40,15 @@ def add_arguments(parser) -> None:
 def image_paths(inputs: list[str]) -> list[Path]:
     """The files named, with each folder replaced by its images in name order."""
     from edgecap.errors import EdgecapError
-    from edgecap.runtime.sources import IMAGE_SUFFIXES
+    from edgecap.runtime.sources import folder_images, no_images_reason
 
     paths: list[Path] = []
     for text in inputs:
         path = Path(text)
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+            found = folder_images(path)
             if not found:
-                raise EdgecapError(f"{path}: folder holds no images ({', '.join(IMAGE_SUFFIXES)})")
+                raise EdgecapError(f"{path}: {no_images_reason(path)}")
             paths += found
         elif path.is_file():
             paths.append(path)
