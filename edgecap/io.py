@@ -153,6 +153,29 @@ def probe_writable(path: str | os.PathLike, flag: str = "--out", file: bool = Fa
     os.unlink(probe)
 
 
+def check_file_target(path: str | os.PathLike, is_ours, what: str, flag: str = "--out") -> None:
+    """Fail (one line) unless a file may be written at `path`: nothing (or an empty file) is
+    there, or what is there is `what` (`is_ours(path)`); then probe that it can be written.
+    Called before slow work and again just before the write."""
+    path = Path(path)
+    if path.is_dir():
+        raise EdgecapError(f"{flag} {path} is a directory; name a file")
+    if path.is_file() and path.stat().st_size and not is_ours(path):
+        raise EdgecapError(f"{flag} {path} exists and is not {what}; not overwriting it (choose another file)")
+    probe_writable(path, flag, file=True)
+
+
+def json_file_with(*keys: str):
+    """`is_ours` for check_file_target: a JSON object holding all of `keys`."""
+    def is_ours(path: Path) -> bool:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return False
+        return isinstance(data, dict) and set(keys) <= data.keys()
+    return is_ours
+
+
 def write_error(exc: OSError, target: Path, flag: str = "", within: Path | None = None) -> EdgecapError | None:
     """The one-line error for an OSError that means "cannot write `target`", else None.
 

@@ -80,3 +80,28 @@ def test_demo_names_a_missing_checkpoint(tmp_path, run_cli, monkeypatch):
     monkeypatch.setattr(demo_command, "demo_checkpoint", lambda: tmp_path / "demo-smart.pt")
     code, _, stderr = run_cli("demo", "--out", tmp_path)
     assert code == 1 and "packaged demo model" in stderr and "--checkpoint" in stderr
+
+
+def test_demo_out_keeps_a_users_files(tiny_ckpt, tmp_path, run_cli):
+    """Before any export: a frames.png or bundle.source.json in --out that the demo did not
+    write is one line, left as it was; the frames.png of a demo --out from before PNGs carried
+    edgecap's mark (its stamp is the demo's) is the demo's to rewrite."""
+    import cv2
+    import numpy as np
+
+    from edgecap.export.demo_command import check_outputs
+
+    photo = tmp_path / "frames.png"
+    cv2.imwrite(str(photo), np.full((8, 8, 3), 200, np.uint8))  # a PNG OpenCV wrote, unmarked
+    stamp = tmp_path / "bundle.source.json"
+    for theirs, what in ((photo, "a PNG edgecap wrote"), (stamp, "the demo's export stamp")):
+        before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+        if theirs is stamp:
+            stamp.write_text('{"my": "settings"}')
+            before[stamp] = stamp.read_bytes()
+        code, stdout, stderr = _demo(run_cli, tiny_ckpt, tmp_path)
+        assert (code, stdout) == (1, "") and stderr.count("\n") == 1, stderr
+        assert f"--out {theirs} exists and is not {what}; not overwriting it" in stderr
+        assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before  # no bundle/ either
+    stamp.write_text(json.dumps({"checkpoint": str(tiny_ckpt), "sha256": "0" * 64, "export": {}}))
+    check_outputs(tmp_path)

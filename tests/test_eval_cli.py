@@ -226,3 +226,32 @@ def test_coco_command_keeps_the_tokenizer_jvm_quiet(tmp_path, capfd):
     captured = capfd.readouterr()
     assert "BLEU-1" in captured.out
     assert captured.err == "", captured.err  # was: "PTBTokenizer tokenized 7 tokens at ..." per call
+
+
+@pytest.mark.parametrize("command, name", [("coverage", "coverage.json"), ("coverage", "coverage_classes.png"),
+                                           ("chair", "chair.json"), ("coco", "coco_metrics.json")])
+def test_eval_out_never_replaces_a_file_it_did_not_write(acvr, captions, tmp_path, run_cli, command, name):
+    theirs = tmp_path / name
+    theirs.write_bytes(b"\x89PNG\r\n\x1a\n their chart" if name.endswith(".png") else b'{"their": "notes"}')
+    refs = tmp_path / "dataset_coco.json"
+    refs.write_text(json.dumps({"images": [{"cocoid": 7, "filename": "x.jpg", "split": "test",
+                                            "sentences": [{"raw": "A cup."}]}]}))
+    sources = {"coverage": ["--acvr", acvr], "chair": ["--acvr", acvr], "coco": ["--refs", refs]}[command]
+    code, out, err = run_cli("eval", command, "--captions", captions[0], *sources, "--out", tmp_path)
+    assert (code, out) == (1, "") and err.count("\n") == 1, err
+    assert f"--out {theirs} exists and is not a" in err and "not overwriting it" in err
+    assert theirs.read_bytes().endswith(b"their chart" if name.endswith(".png") else b'"notes"}')
+
+
+def test_eval_out_replaces_its_own_reports(coverage_run, acvr, captions, run_cli):
+    """What an earlier eval wrote into --out (JSON with its keys, PNGs marked as edgecap's) it
+    writes again."""
+    pytest.importorskip("spacy")
+    from edgecap.png import is_ours
+
+    _, _, out = coverage_run
+    assert is_ours(out / "coverage_thresholds.png") and is_ours(out / "coverage_classes.png")
+    for command in ("coverage", "chair", "chair"):
+        code, _, err = run_cli("eval", command, "--captions", captions[0], "--acvr", acvr, "--out", out)
+        assert code == 0, err
+    assert json.loads((out / "chair.json").read_text())["files"]["good"]["summary"]["mentions"] == 5

@@ -227,3 +227,31 @@ def test_cli_writes_and_refuses_bad_input(tmp_path, run_cli):
     assert run_cli(*args[:2], "--out", empty, "--images", 2, "--video-frames", 0, "--sequences", 0,
                    "--quiet")[0] == 0
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left
+
+
+def test_data_sheet_writes_only_over_its_own_png(tmp_path, run_cli):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from edgecap.png import is_ours
+
+    photo, chart, notes = tmp_path / "photo.png", tmp_path / "chart.png", tmp_path / "notes.txt"
+    cv2.imwrite(str(photo), np.full((8, 8, 3), 200, np.uint8))  # OpenCV's PNG: no text chunk
+    fig = plt.figure(figsize=(1, 1))
+    fig.savefig(chart)  # matplotlib's: Software = Matplotlib version ...
+    plt.close(fig)
+    notes.write_text("mine")
+    kept = {p: p.read_bytes() for p in (photo, chart, notes)}
+    for target, message in ((photo, f"--out {photo} exists and is not a PNG edgecap wrote; not overwriting it"),
+                            (chart, f"--out {chart} exists and is not a PNG edgecap wrote"),
+                            (notes, f"--out {notes}: expected a .png file name")):
+        code, out, err = run_cli("data", "sheet", "--out", target, "--grid", "1", "--size", "32")
+        assert (code, out) == (1, "") and err.count("\n") == 1 and message in err, err
+    assert {p: p.read_bytes() for p in kept} == kept
+    ours = tmp_path / "sheet.png"
+    for _ in range(2):  # its own sheet it replaces
+        code, _, err = run_cli("data", "sheet", "--out", ours, "--grid", "1", "--size", "32")
+        assert code == 0, err
+    assert is_ours(ours) and cv2.imread(str(ours)).shape == (86, 40, 3)

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 DEMO_ASSET = "demo-smart.pt"
+STAMP = "bundle.source.json"
+FRAMES = "frames.png"
 WORLD = "synth://tabletop?seed={seed}&size={size}&fps=15&scene={scene:g}"
 
 
@@ -58,7 +60,7 @@ def ensure_bundle(checkpoint: Path, out: Path, beam: int, reexport: bool = False
     from edgecap.errors import require
     from edgecap.io import write_json_atomic
 
-    bundle, stamp_path = out / "bundle", out / "bundle.source.json"
+    bundle, stamp_path = out / "bundle", out / STAMP
     stamp = _stamp(checkpoint, beam)
     if not reexport and bundle.is_dir() and stamp_path.is_file():
         try:
@@ -98,17 +100,28 @@ class Stills:
         import cv2
         import numpy as np
 
-        from edgecap.io import atomic_path
+        from edgecap.png import save_image
 
         if not self.images:
             return None
         height = max(im.shape[0] for im in self.images)
         row = np.hstack([cv2.copyMakeBorder(im, 0, height - im.shape[0], 0, 0, cv2.BORDER_CONSTANT, value=0)
                          for im in self.images])
-        with atomic_path(path, suffix=".png") as tmp:
-            if not cv2.imwrite(str(tmp), row):
-                raise OSError(f"OpenCV could not write {path}")
-        return path
+        return save_image(row, path, checked=True)  # by check_outputs
+
+
+def check_outputs(out: Path) -> None:
+    """Before the export: OUT's files that the demo rewrites are the demo's own. Its stamp must
+    be one; frames.png is the demo's when marked as edgecap's, or when OUT holds the demo's
+    stamp (an OUT the demo wrote before PNGs were marked)."""
+    from edgecap.io import check_file_target, json_file_with
+    from edgecap.png import check_target
+
+    stamp = out / STAMP
+    is_stamp = json_file_with("checkpoint", "sha256", "export")
+    check_file_target(stamp, is_stamp, "the demo's export stamp")
+    if not (stamp.is_file() and is_stamp(stamp)):
+        check_target(out / FRAMES)
 
 
 def run(args) -> int:
@@ -125,6 +138,7 @@ def run(args) -> int:
     if args.frames < 1:
         raise EdgecapError(f"--frames must be >= 1, got {args.frames}")
     out = Path(args.out)
+    check_outputs(out)
     bundle = ensure_bundle(checkpoint, out, args.beam, args.reexport)
     captioner = Captioner.from_bundle(bundle, beam=args.beam)
     world = WORLD.format(seed=args.seed, size=args.size or max(32, captioner.size), scene=args.scene)
@@ -136,7 +150,7 @@ def run(args) -> int:
     summary, error = execute(captioner, settings, sinks=[stills.keep])
     if error:
         raise EdgecapError(error)
-    written = stills.write(out / "frames.png")
+    written = stills.write(out / FRAMES)
     print(f"\nwrote {out / 'captions.jsonl'} ({summary.captioned} records), "
           f"{out / 'captions.summary.json'}, {out / 'demo.mp4'} (annotated video)"
           + (f" and {written} (two annotated frames)" if written else ""))

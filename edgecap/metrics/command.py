@@ -94,6 +94,31 @@ def run(args) -> int:
     return {"coverage": run_coverage, "coco": run_coco, "chair": run_chair}[args.what](args)
 
 
+# what each subcommand writes into --out, and the keys that mark a file as one it wrote: an
+# existing file of that name is replaced only when it has them (a user's files are kept)
+REPORTS = {"coverage": ("coverage.json", ("metric", "options", "files")),
+           "coco": ("coco_metrics.json", ("captions", "refs", "split")),
+           "chair": ("chair.json", ("vocabulary", "files"))}
+
+
+def _report_path(args, command: str) -> Path | None:
+    """--out DIR's report file, checked (before the scoring, and again before the write)."""
+    from edgecap.io import check_file_target, json_file_with
+
+    if not args.out:
+        return None
+    name, keys = REPORTS[command]
+    path = Path(args.out) / name
+    check_file_target(path, json_file_with(*keys), f"a {name} edgecap eval {command} wrote")
+    if command == "coverage" and not args.no_plot:
+        from edgecap.metrics.report import PLOTS
+        from edgecap.png import check_target
+
+        for plot in PLOTS:
+            check_target(Path(args.out) / plot)
+    return path
+
+
 # -- coverage --------------------------------------------------------------------------------
 def _load_acvr(root, images_root=None, area="box") -> tuple[dict[str, dict[str, float]], Counter]:
     """-> ({image id: {class: area}}, raw classes of the instances dropped as not the challenge's)."""
@@ -119,6 +144,7 @@ def run_coverage(args) -> int:
     from edgecap.metrics.captions import read_captions
     from edgecap.metrics.coverage import CoverageScorer, format_table, summarize
 
+    _report_path(args, "coverage")
     gt, unlisted = _load_acvr(args.acvr, args.images_root, args.area)
     scorer = CoverageScorer(glove=args.glove, profit=args.profit, multiword=args.multiword,
                             thresholds=args.thresholds, spacy_model=args.spacy_model,
@@ -153,10 +179,10 @@ def run_coverage(args) -> int:
               f"{c['dropped_nouns']}/{c['nouns']} nouns not in GloVe, {c['file_malformed_records']} malformed "
               f"and {c['file_non_utf8_records']} non-UTF-8 records, {c['file_duplicates']} duplicates"
               + (f", unknown classes: {', '.join(c['unknown_classes'])}" if c["unknown_classes"] else ""))
-    if args.out:
+    report = _report_path(args, "coverage")
+    if report:
         from edgecap.io import write_json_atomic
 
-        out = Path(args.out)
         doc = {
             "metric": "coverage (SMArT Eq. 10)",
             "options": {"profit": args.profit, "multiword": args.multiword,
@@ -167,12 +193,12 @@ def run_coverage(args) -> int:
                              "images": {i: r.to_json() for i, r in zip(ids, results, strict=False)}}
                       for name, (path, ids, results) in per_file.items()},
         }
-        write_json_atomic(out / "coverage.json", doc)
-        written = [out / "coverage.json"]
+        write_json_atomic(report, doc)
+        written = [report]
         if not args.no_plot:
             from edgecap.metrics.report import plot_coverage
 
-            written += plot_coverage(summaries, out)
+            written += plot_coverage(summaries, report.parent)
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
@@ -182,6 +208,7 @@ def run_coco(args) -> int:
     from edgecap.metrics import coco
     from edgecap.metrics.captions import read_captions
 
+    _report_path(args, "coco")
     refs, resolve = coco.load_references(args.refs, args.split)
     cap = read_captions(args.captions, normalize=resolve)
     preds = {k: v for k, v in cap.captions.items() if k in refs}
@@ -203,10 +230,10 @@ def run_coco(args) -> int:
     print(f"{result['n_images']} images scored; {result['counts']['unknown_image_ids']} prediction ids "
           f"not in split {args.split!r}; {missing} split images without a prediction; "
           f"{cap.counts['empty_captions']} empty captions")
-    if args.out:
+    path = _report_path(args, "coco")
+    if path:
         from edgecap.io import write_json_atomic
 
-        path = Path(args.out) / "coco_metrics.json"
         write_json_atomic(path, {"captions": str(args.captions), "refs": str(args.refs),
                                  "split": args.split, **result})
         print(f"wrote {path}")
@@ -219,6 +246,7 @@ def run_chair(args) -> int:
     from edgecap.metrics.captions import read_captions
     from edgecap.metrics.chair import COCO_CLASSES, Chair, load_coco_instances, summarize
 
+    _report_path(args, "chair")
     if args.acvr:
         from edgecap.data.acvr import normalize_image_id
 
@@ -254,10 +282,10 @@ def run_chair(args) -> int:
     for name, s in rows.items():
         print(f"{name:<{width}}  {100 * s['CHAIR-s']:8.2f}  {100 * s['CHAIR-i']:8.2f}  {s['captions']:9d}  "
               f"{s['mentions']:9d}  {s['hallucinated_mentions']:8d}")
-    if args.out:
+    path = _report_path(args, "chair")
+    if path:
         from edgecap.io import write_json_atomic
 
-        path = Path(args.out) / "chair.json"
         write_json_atomic(path, {"vocabulary": sorted(chair.classes), "files": doc})
         print(f"wrote {path}")
     return 0

@@ -30,9 +30,12 @@ def _grouped_bars(ax, groups: list[str], series: dict[str, list[float]], ylabel:
         ax.legend(fontsize="small")
 
 
+PLOTS = ("coverage_thresholds.png", "coverage_classes.png")
+
+
 def plot_coverage(summaries: dict[str, dict], out_dir: str | Path) -> list[Path]:
     """Write coverage_thresholds.png and coverage_classes.png; return their paths."""
-    from edgecap.io import atomic_path
+    from edgecap.png import save_figure
 
     plt = _pyplot()
     out_dir = Path(out_dir)
@@ -45,10 +48,8 @@ def plot_coverage(summaries: dict[str, dict], out_dir: str | Path) -> list[Path]
     _grouped_bars(ax, labels, series, "coverage (%)")
     ax.set_title("Object coverage by minimum object area")
     fig.tight_layout()
-    with atomic_path(out_dir / "coverage_thresholds.png", suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
+    written.append(save_figure(fig, out_dir / PLOTS[0], dpi=120))
     plt.close(fig)
-    written.append(out_dir / "coverage_thresholds.png")
 
     lowest = labels[0]
     classes = sorted({c for s in summaries.values() for c in s["per_class"].get(lowest, {})})
@@ -59,8 +60,6 @@ def plot_coverage(summaries: dict[str, dict], out_dir: str | Path) -> list[Path]
         _grouped_bars(ax, classes, series, "mean profit (%)")
         ax.set_title(f"Coverage per class (objects {lowest} of the image)")
         fig.tight_layout()
-        with atomic_path(out_dir / "coverage_classes.png", suffix=".png") as tmp:
-            fig.savefig(tmp, format="png", dpi=120)
+        written.append(save_figure(fig, out_dir / PLOTS[1], dpi=120))
         plt.close(fig)
-        written.append(out_dir / "coverage_classes.png")
     return written

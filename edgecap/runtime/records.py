@@ -119,6 +119,7 @@ def check_jsonl_target(path: str | os.PathLike, append: bool) -> None:
     """Refuse (one line) a --jsonl FILE, or the FILE.summary.json beside it, that exists and is
     not what `edgecap run` writes: replacing or appending to it would spoil someone's file."""
     from edgecap.errors import EdgecapError
+    from edgecap.io import json_file_with
 
     path = Path(path)
     if path.is_file() and not _is_caption_log(path):
@@ -126,7 +127,7 @@ def check_jsonl_target(path: str | os.PathLike, append: bool) -> None:
                            f"(its first line is not a caption record); not "
                            f"{'appending to' if append else 'overwriting'} it (choose another file)")
     summary = summary_path(path)
-    if summary.exists() and not _is_summary(summary):
+    if summary.exists() and not json_file_with("frames_captioned", "stopped_by")(summary):
         raise EdgecapError(f"--jsonl {path}: its summary file {summary} exists and is not a run "
                            "summary written by edgecap run; not overwriting it (choose another file)")
 
@@ -150,14 +151,6 @@ def _is_caption_log(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(line, dict) and ("caption" in line or line.get("kind") in (RUN_START, RUN_END))
-
-
-def _is_summary(path: Path) -> bool:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and {"frames_captioned", "stopped_by"} <= data.keys()
 
 
 def _ends_with_newline(path: Path) -> bool:

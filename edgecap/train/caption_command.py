@@ -71,23 +71,19 @@ def image_ids(paths: list[Path]) -> list[int | str]:
 
 def check_output(path: Path) -> None:
     """Refuse to overwrite a file that is not a captions JSON (one we could have written)."""
+    from edgecap.io import check_file_target
+
+    check_file_target(path, _is_captions_json, "a captions JSON", "--json")
+
+
+def _is_captions_json(path: Path) -> bool:
     import json
 
-    from edgecap.errors import EdgecapError
-    from edgecap.io import probe_writable
-
-    if path.is_dir():
-        raise EdgecapError(f"--json {path}: is a directory; expected a file name")
-    if path.exists():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            ours = isinstance(data, list) and all(isinstance(r, dict) and "caption" in r for r in data)
-        except (OSError, UnicodeDecodeError, ValueError):
-            ours = False
-        if not ours:
-            raise EdgecapError(f"--json {path}: exists and is not a captions JSON; not overwriting it "
-                               "(choose another file name)")
-    probe_writable(path, "--json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, list) and all(isinstance(r, dict) and "caption" in r for r in data)
 
 
 def check_checkpoint_path(path: Path) -> None:

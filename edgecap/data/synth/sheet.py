@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 
 from edgecap.errors import EdgecapError
-from edgecap.io import atomic_path
+from edgecap.png import check_target, save_image
 
 from .grammar import captions
 from .scene import render, sample_scene
@@ -21,6 +21,7 @@ STREAM_SHEET = 6
 def contact_sheet(out, seed: int = 0, grid: int = 4, size: int = 128, scale: float = 1.25) -> Path:
     if grid < 1 or size < 32:
         raise EdgecapError(f"--grid must be >= 1 and --size >= 32, got {grid} and {size}")
+    check_target(out)
     tile = int(round(size * scale))
     text_h = 46
     sheet = np.full((grid * (tile + text_h), grid * tile, 3), 255, np.uint8)
@@ -39,8 +40,4 @@ def contact_sheet(out, seed: int = 0, grid: int = 4, size: int = 128, scale: flo
                         0.36, (10, 10, 10), 1, cv2.LINE_AA)
     # Coarser levels keep the PNG small (the sensor noise is incompressible otherwise).
     sheet = np.minimum(sheet.astype(np.int32) // 12 * 12 + 6, 255).astype(np.uint8)
-    out = Path(out)
-    with atomic_path(out, suffix=out.suffix or ".png") as tmp:
-        if not cv2.imwrite(str(tmp), sheet, [cv2.IMWRITE_PNG_COMPRESSION, 9]):
-            raise EdgecapError(f"could not write {out}")
-    return out
+    return save_image(sheet, out)
