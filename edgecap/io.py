@@ -8,6 +8,8 @@ Every command that writes a file or a directory goes through here:
 - `check_replaceable` decides what an existing output directory may be replaced by: only an
   empty directory or, with --force, an edgecap directory of the same kind (`DirKind`) that
   holds nothing edgecap did not write. Anything else is refused, naming what would be lost.
+- `check_file_target` does the same for a single file: it is replaced only when it is what
+  the caller recognises as its own output (a report with its keys, a PNG with edgecap's mark).
 - While a work directory is in use its writer holds an flock on its `lock` file. The kernel
   drops that lock when the writer dies, however it dies (SIGKILL, power loss), so a later
   write of the same target removes work directories whose lock it can take: they are proven

@@ -4,6 +4,7 @@ torch-free Bundle's refusals."""
 import json
 import shutil
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -132,7 +133,7 @@ def test_tensorrt_engine_requested_but_absent(bundle_dir):
 
 
 @pytest.mark.parametrize("role", ["encoder", "decoder_step"])
-def test_a_foreign_graph_with_a_re_recorded_hash_is_refused_at_load(copy, tmp_path, role):
+def test_a_foreign_graph_with_a_re_recorded_hash_is_refused_at_load(copy, tmp_path, role, run_cli):
     """Someone swapped in another export's graph and fixed up the sha256: the hash passes,
     the graph's declared inputs do not."""
     from edgecap.runtime.manifest import sha256_file
@@ -147,3 +148,9 @@ def test_a_foreign_graph_with_a_re_recorded_hash_is_refused_at_load(copy, tmp_pa
     with pytest.raises(ManifestError, match=rf"{role}.onnx: .*the file does not belong to this bundle") as exc:
         Bundle.load(copy)
     assert "\n" not in str(exc.value)
+    images = tmp_path / "images"
+    images.mkdir()
+    cv2.imwrite(str(images / "a.png"), np.zeros((16, 16, 3), np.uint8))
+    code, stdout, stderr = run_cli("run", copy, "--source", images)  # what a user sees
+    assert (code, stdout) == (1, "") and stderr.count("\n") == 1
+    assert f"{role}.onnx: " in stderr and "the file does not belong to this bundle" in stderr

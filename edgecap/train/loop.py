@@ -225,8 +225,9 @@ def plot_curves(records: list[dict], path: Path) -> None:
     if ax2.lines:
         ax2.legend()
     fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
+    from edgecap.png import save_figure
+
+    save_figure(fig, path, dpi=100, checked=True)  # the run directory's own rules guard its files
     plt.close(fig)
 
 
