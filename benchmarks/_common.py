@@ -115,13 +115,14 @@ def print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
 
 
 def save_png(fig, path: Path, dpi: int = 110) -> Path:
-    """Write a matplotlib figure as PNG atomically (a reader never sees half a plot), then free it."""
+    """Write a matplotlib figure as PNG atomically (a reader never sees half a plot), marked as
+    edgecap's like every PNG it writes (docs/outputs.md), then free it. A results directory is
+    the benchmark's own, so what is there under the plot's name is replaced."""
     import matplotlib.pyplot as plt
 
-    from edgecap.io import atomic_path
+    from edgecap.png import save_figure
 
     fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=dpi, format="png")
+    save_figure(fig, path, dpi=dpi, checked=True)
     plt.close(fig)
     return path
