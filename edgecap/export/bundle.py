@@ -92,6 +92,10 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
     require("torch", "train", "export")
     import torch
 
+    # the native libraries, imported before the work directory exists: a SIGTERM raised while
+    # one of them is importing crosses C++ (nanobind) and aborts the process, skipping cleanup
+    require("onnx", "train", "ONNX export")
+    require("onnxruntime", "train", "the parity gate")
     from edgecap.export import compat
     from edgecap.export.onnx import export_graph
     from edgecap.export.specs import spec_for
