@@ -179,8 +179,12 @@ def _wait_for_work_dir(parent: Path, proc: subprocess.Popen, timeout: float = 12
 def _signal_midway(argv: list, parent: Path, sig=signal.SIGTERM, wrapper=()) -> tuple[int | None, str]:
     """Run `edgecap ARGV`, send `sig` once it writes into `parent`; -> (exit code, stderr), or
     (None, "") when it is still running half a second later (the signal was ignored)."""
+    def default_signals():  # the test runner may itself run under nohup; the child starts as a shell's would
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+
     proc = subprocess.Popen([*wrapper, sys.executable, "-m", "edgecap.cli", *map(str, argv)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     try:
         _wait_for_work_dir(parent, proc)
         proc.send_signal(sig)
