@@ -54,7 +54,7 @@ class Setting:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=None, help=f"default {','.join(ALL_MODELS)} ({','.join(QUICK['models'])} with --quick)")
+    p.add_argument("--models", default=None, help=f"default {','.join(ALL_MODELS)} ({QUICK['models']} with --quick)")
     p.add_argument("--backends", default="torch-nocache,torch,onnxruntime,onnxruntime-int8,tensorrt")
     p.add_argument("--batch-sizes", default=None, help=f"default 1,2,4,8,16,32,64 ({QUICK['batch_sizes']} with --quick)")
     p.add_argument("--beam", default=None, help=f"default 1,3,5 ({QUICK['beam']} with --quick)")

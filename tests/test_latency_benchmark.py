@@ -45,3 +45,9 @@ def test_ort_settings_quick_reports_fusions_start_and_spinning(tmp_path):
         assert b["start"]["optimised_at_start_ms"] > 0 and b["spinning"]["no_spin"]["cpu_ms"] > 0
     assert "DynamicQuantizeMatMul" in report["bundles"]["int8"]["fusions"]["decoder_step"]["made_in_session"]
     assert "| int8 | decoder_step |" in (out / "ort_settings.md").read_text()
+
+
+def test_latency_help_names_the_quick_defaults():
+    out = subprocess.run([sys.executable, f"{REPO}/benchmarks/latency.py", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "(smart,m2 with --quick)" in " ".join(out.split())
