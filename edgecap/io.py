@@ -155,7 +155,8 @@ def probe_writable(path: str | os.PathLike, flag: str = "--out", file: bool = Fa
     os.unlink(probe)
 
 
-def check_file_target(path: str | os.PathLike, is_ours, what: str, flag: str = "--out") -> None:
+def check_file_target(path: str | os.PathLike, is_ours, what: str, flag: str = "--out",
+                      verb: str = "overwriting") -> None:
     """Fail (one line) unless a file may be written at `path`: nothing (or an empty file) is
     there, or what is there is `what` (`is_ours(path)`); then probe that it can be written.
     Called before slow work and again just before the write."""
@@ -163,7 +164,7 @@ def check_file_target(path: str | os.PathLike, is_ours, what: str, flag: str = "
     if path.is_dir():
         raise EdgecapError(f"{flag} {path} is a directory; name a file")
     if path.is_file() and path.stat().st_size and not is_ours(path):
-        raise EdgecapError(f"{flag} {path} exists and is not {what}; not overwriting it (choose another file)")
+        raise EdgecapError(f"{flag} {path} exists and is not {what}; not {verb} it (choose another file)")
     probe_writable(path, flag, file=True)
 
 

@@ -205,12 +205,9 @@ def _check(settings: RunSettings) -> None:
     # outputs are checked before the bundle loads, not found unwritable at the first caption
     _check_outputs_are_not_inputs(settings)
     if settings.jsonl:
-        from edgecap.io import probe_writable
-
         from .records import check_jsonl_target
 
         check_jsonl_target(settings.jsonl, settings.append)
-        probe_writable(settings.jsonl, "--jsonl", file=True)
     if settings.save_video:
         from .overlay import check_video_path
 

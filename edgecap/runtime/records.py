@@ -118,18 +118,12 @@ class JsonlWriter:
 def check_jsonl_target(path: str | os.PathLike, append: bool) -> None:
     """Refuse (one line) a --jsonl FILE, or the FILE.summary.json beside it, that exists and is
     not what `edgecap run` writes: replacing or appending to it would spoil someone's file."""
-    from edgecap.errors import EdgecapError
-    from edgecap.io import json_file_with
+    from edgecap.io import check_file_target, json_file_with
 
-    path = Path(path)
-    if path.is_file() and not _is_caption_log(path):
-        raise EdgecapError(f"--jsonl {path} exists and is not a caption log written by edgecap run "
-                           f"(its first line is not a caption record); not "
-                           f"{'appending to' if append else 'overwriting'} it (choose another file)")
-    summary = summary_path(path)
-    if summary.exists() and not json_file_with("frames_captioned", "stopped_by")(summary):
-        raise EdgecapError(f"--jsonl {path}: its summary file {summary} exists and is not a run "
-                           "summary written by edgecap run; not overwriting it (choose another file)")
+    check_file_target(path, _is_caption_log, "a caption log written by edgecap run", "--jsonl",
+                      "appending to" if append else "overwriting")
+    check_file_target(summary_path(path), json_file_with("frames_captioned", "stopped_by"),
+                      "a run summary written by edgecap run", f"--jsonl {path}: its summary file")
 
 
 def summary_path(jsonl: str | os.PathLike) -> Path:
