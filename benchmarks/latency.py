@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import tempfile
 import time
@@ -64,6 +65,8 @@ def parse_args(argv=None):
     p.add_argument("--vocab", type=int, default=10000)
     p.add_argument("--stop-at-eos", action="store_true", help="let captions end at EOS (default: full length)")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads for torch and onnxruntime")
+    p.add_argument("--no-spin", action="store_true",
+                   help="onnxruntime's intra-op threads sleep between ops instead of spinning (Bundle.load(spin=False))")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "latency"))
     p.add_argument("--retrieval-images", type=int, default=20000,
                    help="images in the RA-Transformer retrieval index whose search time is added to rat rows")
@@ -238,7 +241,7 @@ class BundleRunner:
         return beam_search(self.stepper, b.batch_size, self.options, b.bos_id, b.eos_id, b.pad_id)
 
 
-def export_bundle(model, name, batch, beam, precision, engine, workdir: Path, threads):
+def export_bundle(model, name, batch, beam, precision, engine, workdir: Path, threads, spin=True):
     """Export the same weights as a bundle; returns (Bundle, None) or (None, reason)."""
     from edgecap.contract.vocab import Vocab
     from edgecap.errors import EdgecapError
@@ -258,7 +261,7 @@ def export_bundle(model, name, batch, beam, precision, engine, workdir: Path, th
             settings = resolve_settings({"engine": engine, "batch": batch, "beam": beam, "precision": precision,
                                          "samples": 1, "out": str(out)})
             export(ckpt, settings, progress=False)
-        return Bundle.load(out, threads=threads), None
+        return Bundle.load(out, threads=threads, spin=spin), None
     except (EdgecapError, ImportError) as exc:
         return None, str(exc).splitlines()[0][:120]
 
@@ -278,7 +281,8 @@ def run_setting(s: Setting, model, args, workdir: Path, bound: dict, retrieval: 
         if engine == "trt" and importlib.util.find_spec("tensorrt") is None:
             return {**row, "status": "skipped", "reason": "tensorrt is not installed (needs an NVIDIA GPU)"}
         precision = "int8" if s.backend.endswith("int8") else ("fp16" if engine == "trt" else "fp32")
-        bundle, reason = export_bundle(model, s.model, s.batch, s.beam, precision, engine, workdir, args.threads)
+        bundle, reason = export_bundle(model, s.model, s.batch, s.beam, precision, engine, workdir, args.threads,
+                                       spin=not args.no_spin)
         if bundle is None:
             return {**row, "status": "skipped", "reason": reason}
         runner = BundleRunner(bundle, feats, mask, extra, options)
@@ -318,6 +322,7 @@ def run_setting(s: Setting, model, args, workdir: Path, bound: dict, retrieval: 
         "captions_per_s": 1e3 / per_caption,
         "bound_ms": bound_ms,
         "ratio_to_bound": st["median_ms"] / bound_ms,
+        "load_1m": os.getloadavg()[0],  # above the threads used: something else ran meanwhile
         **parts,
     }
 
