@@ -375,6 +375,8 @@ def plot(rows, out: Path) -> list[Path]:
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=7)
         written.append(save_png(fig, out / f"latency_vs_batch_beam{beam}.png"))
+    if any(r.get("step_ms") for r in ok):
+        written.append(plot_steps(ok, out, plt))
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for backend, color in zip(ALL_BACKENDS, COLORS, strict=False):
         pts = [(r["batch_ms"], r["captions_per_s"]) for r in ok if r["backend"] == backend]
@@ -389,6 +391,46 @@ def plot(rows, out: Path) -> list[Path]:
     ax.legend(fontsize=8)
     written.append(save_png(fig, out / "throughput_vs_latency.png"))
     return written
+
+
+def plot_steps(ok: list[dict], out: Path, plt) -> Path:
+    """One decoding step against the number of decoder rows (batch x beam) per model: ms per
+    step of each backend with a per-step breakdown, and each step's ratio to its own bound."""
+    from _common import save_png
+    from matplotlib.ticker import ScalarFormatter
+
+    models = sorted({r["model"] for r in ok if r.get("step_ms")})
+    fig, axes = plt.subplots(2, len(models), figsize=(5 * len(models), 7.5), squeeze=False)
+    for col, model in enumerate(models):
+        top, bottom = axes[0][col], axes[1][col]
+        for backend, color in zip(ALL_BACKENDS, COLORS, strict=False):
+            pts = sorted((r["batch"] * r["beam"], r["step_ms"], r["step_ratio"]) for r in ok
+                         if r["model"] == model and r["backend"] == backend and r.get("step_ms"))
+            if pts:
+                rows_n, ms, ratio = zip(*pts, strict=True)
+                top.plot(rows_n, ms, marker="o", ms=3, label=backend, color=color)
+                bottom.plot(rows_n, ratio, marker="o", ms=3, label=backend, color=color)
+        bound = sorted({(r["batch"] * r["beam"], r["step_bound_ms"]) for r in ok
+                        if r["model"] == model and r.get("step_ms") and not r["backend"].endswith("int8")})
+        if bound:
+            top.plot(*zip(*bound, strict=True), "k--", lw=1, label="fp32 bound")
+        for goal, text in ((1.3, "1.3x (bandwidth goal)"), (1.5, "1.5x (compute goal)")):
+            bottom.axhline(goal, color="grey", ls=":", lw=1)
+            bottom.text(0.01, goal, text, fontsize=7, va="bottom", color="grey", transform=bottom.get_yaxis_transform())
+        for ax in (top, bottom):
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.grid(alpha=0.3)
+            ax.set_xlabel("decoder rows (batch x beam)")
+        top.set_yscale("log")
+        top.yaxis.set_major_formatter(ScalarFormatter())
+        top.yaxis.set_minor_formatter(ScalarFormatter())
+        top.set_ylabel("ms per step")
+        top.set_title(f"{model}: one decoding step")
+        bottom.set_ylabel("x the step's own bound")
+        bottom.set_ylim(bottom=0)
+        top.legend(fontsize=7)
+    return save_png(fig, out / "step_vs_rows.png")
 
 
 def markdown(rows: list[dict]) -> str:

@@ -335,6 +335,7 @@ class WorkDir:
 
     def commit(self, tmp: Path) -> None:
         """Rename the finished `tmp` onto the target."""
+        raise_dropped_signal()
         try:
             os.replace(tmp, self.target)
         except OSError as exc:
@@ -393,6 +394,7 @@ def atomic_dir(path: str | os.PathLike, kind: DirKind, force: bool = False, flag
         tmp = work.file()
         tmp.mkdir()
         yield tmp
+        raise_dropped_signal()
         check_replaceable(target, kind, force, flag)
         old = work.path / OLD_NAME
         with _signals_deferred():
@@ -442,6 +444,31 @@ def _raise_interrupt(signum, _frame):
     raise Terminated(signum)
 
 
+# Signals whose exception Python had to drop: a handler runs between any two bytecodes, also
+# inside a finalizer (`__del__`, a weakref callback), where an exception cannot propagate and
+# only reaches sys.unraisablehook. The command then went on as if never signalled.
+_DROPPED: list[int] = []
+
+
+def _keep_dropped_signals(previous_hook):
+    def hook(unraisable):
+        exc = unraisable.exc_value
+        if isinstance(exc, KeyboardInterrupt):
+            _DROPPED.append(exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
+            return
+        previous_hook(unraisable)
+    return hook
+
+
+def raise_dropped_signal() -> None:
+    """Raise, now, the interrupt of a signal whose exception a finalizer swallowed: called
+    before every commit (so nothing is published after a signal) and when a command ends."""
+    if _DROPPED:
+        signum = _DROPPED[0]
+        _DROPPED.clear()
+        _raise_interrupt(signum, None)
+
+
 def _not_ignored(handler) -> bool:
     """SIG_IGN is someone's decision (`nohup`, a parent that ignores it, a shell's background
     job); None is a handler installed outside Python. Both are left alone."""
@@ -473,13 +500,21 @@ def _handled(signals, handler, replaces):
 def terminate_as_interrupt():
     """Within the block, SIGTERM and SIGHUP raise `Terminated` (where their disposition is
     still the default), and whatever escapes the block removes this process's open work
-    directories. The CLI wraps every command in it."""
-    with _handled(_TERMINATING, _raise_interrupt, lambda current: current is signal.SIG_DFL):
-        try:
-            yield
-        except BaseException:
-            close_work_dirs()
-            raise
+    directories. An interrupt that a finalizer swallowed is raised again before the next
+    commit, or when the block ends. The CLI wraps every command in it."""
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _keep_dropped_signals(previous_hook)
+    try:
+        with _handled(_TERMINATING, _raise_interrupt, lambda current: current is signal.SIG_DFL):
+            try:
+                yield
+                raise_dropped_signal()
+            except BaseException:
+                close_work_dirs()
+                raise
+    finally:
+        sys.unraisablehook = previous_hook
+        _DROPPED.clear()
 
 
 @contextlib.contextmanager

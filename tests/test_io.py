@@ -260,6 +260,35 @@ def test_a_signal_inside_a_deferred_section_arrives_after_it(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+class _SignalledWhileCollected:
+    """Gets SIGTERM while Python collects it: the handler's exception is raised inside
+    `__del__`, where Python cannot propagate it (it only reaches sys.unraisablehook)."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the handler runs here, and raises
+
+
+def test_a_signal_swallowed_by_a_finalizer_still_stops_the_command_before_it_commits(tmp_path):
+    from edgecap.io import SYNTHETIC_WORLD, Terminated, terminate_as_interrupt
+
+    went_on = False
+    with pytest.raises(Terminated), terminate_as_interrupt():
+        with atomic_dir(tmp_path / "world", SYNTHETIC_WORLD) as tmp:
+            (tmp / "synth.json").write_text("{}")
+            _SignalledWhileCollected()  # collected at once
+            went_on = True
+    assert went_on  # the finalizer could not stop it there ...
+    assert list(tmp_path.iterdir()) == []  # ... but nothing was published
+    # with nothing left to commit, the command still ends as terminated
+    before = sys.unraisablehook
+    with pytest.raises(Terminated), terminate_as_interrupt():
+        _SignalledWhileCollected()
+    assert sys.unraisablehook is before
+    with terminate_as_interrupt():  # and the next command is not haunted by it
+        pass
+
+
 def test_a_loop_stops_on_the_first_signal_and_is_interrupted_by_the_second():
     """`edgecap run`'s handling: inside the CLI's terminate_as_interrupt, the first SIGTERM /
     SIGINT only asks the loop to stop; the next one raises; ignored signals stay ignored."""
