@@ -27,6 +27,8 @@ def test_latency_quick_writes_table_csv_json_and_plots(tmp_path):
     assert "ms_per_caption" in header and "ratio_to_bound" in header
     assert (out / "latency_vs_batch_beam2.png").stat().st_size > 1000
     assert (out / "throughput_vs_latency.png").exists()
+    assert (out / "step_vs_rows.png").stat().st_size > 1000  # the per-step breakdown, drawn
+    assert rows[("smart", "onnxruntime")]["load_1m"] >= 0
     assert "| smart | 2 | 2 |" in (out / "latency.md").read_text()
     (out / "latency.md").unlink()
     replot = subprocess.run([*cmd, "--replot"], capture_output=True, text=True, timeout=120)
