@@ -397,7 +397,7 @@ def plot_steps(ok: list[dict], out: Path, plt) -> Path:
     """One decoding step against the number of decoder rows (batch x beam) per model: ms per
     step of each backend with a per-step breakdown, and each step's ratio to its own bound."""
     from _common import save_png
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
     models = sorted({r["model"] for r in ok if r.get("step_ms")})
     fig, axes = plt.subplots(2, len(models), figsize=(5 * len(models), 7.5), squeeze=False)
@@ -414,17 +414,18 @@ def plot_steps(ok: list[dict], out: Path, plt) -> Path:
                         if r["model"] == model and r.get("step_ms") and not r["backend"].endswith("int8")})
         if bound:
             top.plot(*zip(*bound, strict=True), "k--", lw=1, label="fp32 bound")
-        for goal, text in ((1.3, "1.3x (bandwidth goal)"), (1.5, "1.5x (compute goal)")):
+        for goal, text, where in ((1.3, "1.3x (bandwidth goal, batch 1)", "top"), (1.5, "1.5x (compute goal, batch 32)", "bottom")):
             bottom.axhline(goal, color="grey", ls=":", lw=1)
-            bottom.text(0.01, goal, text, fontsize=7, va="bottom", color="grey", transform=bottom.get_yaxis_transform())
+            bottom.text(0.01, goal, text, fontsize=7, va=where, color="grey", transform=bottom.get_yaxis_transform())
         for ax in (top, bottom):
             ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.xaxis.set_major_formatter(FormatStrFormatter("%d"))
             ax.grid(alpha=0.3)
             ax.set_xlabel("decoder rows (batch x beam)")
         top.set_yscale("log")
-        top.yaxis.set_major_formatter(ScalarFormatter())
-        top.yaxis.set_minor_formatter(ScalarFormatter())
+        top.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+        top.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        top.yaxis.set_minor_formatter(NullFormatter())
         top.set_ylabel("ms per step")
         top.set_title(f"{model}: one decoding step")
         bottom.set_ylabel("x the step's own bound")
@@ -442,7 +443,7 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| model | batch | beam | " + " | ".join(backends)
              + "".join(f" | {b} vs official" for b in faster) + " |",
              "|---" * (len(backends) + len(faster) + 3) + "|"]
-    seen = list(dict.fromkeys((r["model"], r["batch"], r["beam"]) for r in ok))
+    seen = sorted({(r["model"], r["batch"], r["beam"]) for r in ok}, key=setting_order)
     for model, batch, beam in seen:
         cell = {r["backend"]: r for r in ok if (r["model"], r["batch"], r["beam"]) == (model, batch, beam)}
         texts = [f"{cell[b]['ms_per_caption']:.1f} ({cell[b]['ratio_to_bound']:.1f}x)" if b in cell else "–"
@@ -451,7 +452,9 @@ def markdown(rows: list[dict]) -> str:
         texts += [f"{official['ms_per_caption'] / cell[b]['ms_per_caption']:.1f}x" if official and b in cell else "–"
                   for b in faster]
         lines.append(f"| {model} | {batch} | {beam} | " + " | ".join(texts) + " |")
-    steps = [r for r in ok if r.get("step_ms")]
+    steps = sorted((r for r in ok if r.get("step_ms")),
+                   key=lambda r: (*setting_order((r["model"], r["batch"] * r["beam"], r["batch"])),
+                                  ALL_BACKENDS.index(r["backend"])))
     if steps:
         lines += ["", "Per decoding step (mean over the timed runs, ms): the decoder step itself (graph), writing its "
                   "new slots into the cache, beam reordering, and the host's search; x bound against the step's own "
@@ -463,6 +466,13 @@ def markdown(rows: list[dict]) -> str:
                          f"{r['step_ms']:.2f} | {r['step_ratio']:.2f}x ({r['step_bound_kind']}) | {r['graph_ms']:.2f} | "
                          f"{r['write_ms']:.3f} | {r['reorder_ms']:.3f} | {r['search_ms']:.3f} |")
     return "\n".join(lines) + "\n"
+
+
+def setting_order(key: tuple) -> tuple:
+    """Models in the order of the script's list, then by the numbers that follow."""
+    model, *numbers = key
+    known = ALL_MODELS + EXTRA_MODELS
+    return (known.index(model) if model in known else len(known), model, *numbers)
 
 
 def merged(old: dict, run: dict, rows: list[dict]) -> dict:
