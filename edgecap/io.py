@@ -335,7 +335,7 @@ class WorkDir:
 
     def commit(self, tmp: Path) -> None:
         """Rename the finished `tmp` onto the target."""
-        raise_dropped_signal()
+        raise_lost_interrupt()
         try:
             os.replace(tmp, self.target)
         except OSError as exc:
@@ -394,7 +394,7 @@ def atomic_dir(path: str | os.PathLike, kind: DirKind, force: bool = False, flag
         tmp = work.file()
         tmp.mkdir()
         yield tmp
-        raise_dropped_signal()
+        raise_lost_interrupt()
         check_replaceable(target, kind, force, flag)
         old = work.path / OLD_NAME
         with _signals_deferred():
@@ -427,7 +427,6 @@ def write_json_atomic(path: str | os.PathLike, obj, indent: int | None = 2) -> N
 # below, all installed by `_handled`.
 STOP_SIGNALS = tuple(sig for sig in (getattr(signal, name, None) for name in ("SIGINT", "SIGTERM", "SIGHUP"))
                      if sig is not None)
-_TERMINATING = tuple(sig for sig in STOP_SIGNALS if sig != signal.SIGINT)
 
 
 class Terminated(KeyboardInterrupt):
@@ -439,34 +438,46 @@ class Terminated(KeyboardInterrupt):
 
 
 def _raise_interrupt(signum, _frame):
+    _UNDELIVERED.append(signum)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(signum)
 
 
-# Signals whose exception Python had to drop: a handler runs between any two bytecodes, also
-# inside a finalizer (`__del__`, a weakref callback), where an exception cannot propagate and
-# only reaches sys.unraisablehook. The command then went on as if never signalled.
-_DROPPED: list[int] = []
+# Interrupts raised by our handlers that no one has seen arrive yet. A handler runs between
+# any two bytecodes, also where its exception cannot propagate: inside a finalizer (it only
+# reaches sys.unraisablehook), or inside Python code that C code called and whose error it
+# then clears (Cython modules registering their types with `abc` while numpy.random is first
+# imported: a SIGTERM there vanished and `data synth` finished with exit 0). Whatever is still
+# here at the next commit, or when the command returns, is raised again there.
+_UNDELIVERED: list[int] = []
 
 
-def _keep_dropped_signals(previous_hook):
-    def hook(unraisable):
-        exc = unraisable.exc_value
-        if isinstance(exc, KeyboardInterrupt):
-            _DROPPED.append(exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
-            return
-        previous_hook(unraisable)
-    return hook
+def interrupt_delivered() -> None:
+    """The interrupt being handled arrived where it was meant to (an `except` that deals with
+    it on purpose, e.g. `edgecap run` summarising after a second Ctrl-C)."""
+    _UNDELIVERED.clear()
 
 
-def raise_dropped_signal() -> None:
-    """Raise, now, the interrupt of a signal whose exception a finalizer swallowed: called
-    before every commit (so nothing is published after a signal) and when a command ends."""
-    if _DROPPED:
-        signum = _DROPPED[0]
-        _DROPPED.clear()
+def raise_lost_interrupt() -> None:
+    """Raise again an interrupt whose exception something swallowed: called before every
+    commit (so nothing is published after a signal) and when a command returns."""
+    if _UNDELIVERED:
+        signum = _UNDELIVERED[0]
+        _UNDELIVERED.clear()
         _raise_interrupt(signum, None)
+
+
+@contextlib.contextmanager
+def _delivering():
+    """An interrupt escaping the block was delivered; one that did not, and was raised inside
+    it, is raised again when the block ends."""
+    try:
+        yield
+        raise_lost_interrupt()
+    except KeyboardInterrupt:
+        interrupt_delivered()
+        raise
 
 
 def _not_ignored(handler) -> bool:
@@ -499,22 +510,20 @@ def _handled(signals, handler, replaces):
 @contextlib.contextmanager
 def terminate_as_interrupt():
     """Within the block, SIGTERM and SIGHUP raise `Terminated` (where their disposition is
-    still the default), and whatever escapes the block removes this process's open work
-    directories. An interrupt that a finalizer swallowed is raised again before the next
-    commit, or when the block ends. The CLI wraps every command in it."""
-    previous_hook = sys.unraisablehook
-    sys.unraisablehook = _keep_dropped_signals(previous_hook)
-    try:
-        with _handled(_TERMINATING, _raise_interrupt, lambda current: current is signal.SIG_DFL):
-            try:
+    still the default) and Ctrl-C `KeyboardInterrupt` as usual, and whatever escapes the block
+    removes this process's open work directories. An interrupt that something swallowed is
+    raised again before the next commit, or when the block ends. The CLI wraps every command
+    in it."""
+    def ours_to_replace(current) -> bool:
+        return current is signal.SIG_DFL or current is signal.default_int_handler
+
+    with _handled(STOP_SIGNALS, _raise_interrupt, ours_to_replace):
+        try:
+            with _delivering():
                 yield
-                raise_dropped_signal()
-            except BaseException:
-                close_work_dirs()
-                raise
-    finally:
-        sys.unraisablehook = previous_hook
-        _DROPPED.clear()
+        except BaseException:
+            close_work_dirs()
+            raise
 
 
 @contextlib.contextmanager
@@ -527,7 +536,7 @@ def stop_on_signals(stop: threading.Event):
             _raise_interrupt(signum, frame)
         stop.set()
 
-    with _handled(STOP_SIGNALS, request_stop, _not_ignored):
+    with _handled(STOP_SIGNALS, request_stop, _not_ignored), _delivering():
         yield
 
 

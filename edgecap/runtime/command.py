@@ -257,7 +257,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     import contextlib
 
     from edgecap.errors import EdgecapError
-    from edgecap.io import stop_on_signals, write_json_atomic
+    from edgecap.io import interrupt_delivered, stop_on_signals, write_json_atomic
 
     from .camera import FrameGrabber
     from .detections import Detections
@@ -349,6 +349,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
                 run_loop(captioner, grabber, summary, sinks, options, stop,
                          annotate_objects=annotate_objects, coverage=coverage, beam=beam)
             except KeyboardInterrupt:  # a second signal: stop now, still summarise
+                interrupt_delivered()
                 summary.stopped_by = "signal"
     print(summary.human(), file=out, flush=True)
     if settings.jsonl:
