@@ -304,7 +304,12 @@ def test_an_interrupt_handled_on_purpose_does_not_come_back(tmp_path):
     """`edgecap run` catches the second signal to summarise, then writes its summary."""
     import threading
 
-    from edgecap.io import interrupt_delivered, stop_on_signals, terminate_as_interrupt, write_json_atomic
+    from edgecap.io import (
+        interrupt_delivered,
+        stop_on_signals,
+        terminate_as_interrupt,
+        write_json_atomic,
+    )
 
     stop = threading.Event()
     with terminate_as_interrupt():
