@@ -84,13 +84,18 @@ def box_fraction(box, width: float, height: float) -> float:
     return min(1.0, (right - left + 1) * (bottom - top + 1) / float(width * height))
 
 
+def check_area(area: str) -> str:
+    """`area` if it is one of AREAS, else the one-line error every --area reader gives."""
+    if area not in AREAS:
+        raise EdgecapError(f"area {area!r}: expected one of {', '.join(AREAS)}")
+    return area
+
+
 def object_area(box, pixel_fraction: float | None, width: float, height: float, area: str = "box") -> float:
     """An object's coverage area by `area` (AREAS): its box, or its mask's pixel fraction when
     known (else the box, as the ACVR loader falls back). The one rule shared by `eval coverage`,
     the runtime's sources and detection files, and the demo model's metrics."""
-    if area not in AREAS:
-        raise EdgecapError(f"area {area!r}: expected one of {', '.join(AREAS)}")
-    if area == "pixels" and pixel_fraction is not None:
+    if check_area(area) == "pixels" and pixel_fraction is not None:
         return float(pixel_fraction)
     return box_fraction(box, width, height)
 
@@ -248,8 +253,7 @@ def _read_object(inst_id: str, inst: dict, cls: str, mask: _FrameMask, size: tup
 def iter_sequence(seq_dir: str | Path, images_root: str | Path | None = None,
                   area: str = "box") -> Iterator[ACVRFrame]:
     """Frames of one sequence folder, in frame order; `area` is "box" or "pixels"."""
-    if area not in AREAS:
-        raise EdgecapError(f"area {area!r}: expected one of {', '.join(AREAS)}")
+    check_area(area)
     seq_dir = Path(seq_dir)
     labels_path = seq_dir / "labels.json"
     labels = read_labels(labels_path)

@@ -14,10 +14,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from edgecap.data.acvr import AREAS
 from edgecap.errors import EdgecapError
 
 CHUNK = 2048
-AREA_CHOICES = ("box", "pixels")  # edgecap.data.acvr.AREAS, without importing it for --help
+AREA_CHOICES = AREAS
 AREA_DEFINITIONS = {
     "box": "inclusive bounding box (r-l+1)(b-t+1) / (W*H), as SMArT defines the thresholded set",
     "pixels": "mask pixel count (num_pixels when > 0, else counted in the mask) / (W*H)",

@@ -17,6 +17,8 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from edgecap.data.acvr import AREAS
+
 from .records import summary_path
 
 
@@ -87,7 +89,7 @@ def add_arguments(parser) -> None:
                         help="lower the beam while capture-to-caption latency exceeds MS")
     parser.add_argument("--coverage", action=argparse.BooleanOptionalAction, default=None,
                         help="score object coverage when objects are known (default on)")
-    parser.add_argument("--area", choices=("box", "pixels"), default=None,
+    parser.add_argument("--area", choices=AREAS, default=None,
                         help="an object's coverage area: its bounding box (default, as edgecap eval "
                              "coverage and SMArT) or its mask pixels (ACVR num_pixels / mask, the "
                              "world's pixel count, a detection's 'area')")
@@ -178,8 +180,8 @@ def settings_from_args(args) -> RunSettings:
         raise EdgecapError("--append adds to the --jsonl file: pass --jsonl FILE too")
     if merged.get("pace") not in (None, "native", "every"):
         raise EdgecapError(f"pace = {merged['pace']!r}; expected native or every")
-    if merged.get("area") not in (None, "box", "pixels"):
-        raise EdgecapError(f"area = {merged['area']!r}; expected box or pixels")
+    if merged.get("area") not in (None, *AREAS):
+        raise EdgecapError(f"area = {merged['area']!r}; expected {' or '.join(AREAS)}")
     replay = merged.get("replay")
     if replay is not None:
         if replay not in REPLAY_PACE:

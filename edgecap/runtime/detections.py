@@ -56,12 +56,10 @@ class Detections:
     """{frame_id: objects} read from a JSONL file; each object's coverage area by `area`."""
 
     def __init__(self, path: str | Path, area: str = "box"):
-        from edgecap.data.acvr import AREAS
+        from edgecap.data.acvr import check_area
 
-        if area not in AREAS:
-            raise EdgecapError(f"area {area!r}: expected one of {', '.join(AREAS)}")
         self.path = Path(path)
-        self.area = area
+        self.area = check_area(area)
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
