@@ -120,8 +120,9 @@ class OrtGraph:
                  spin: bool = True):
         """providers: None picks the best installed (falling back, and saying so once);
         named ones must all start. threads: intra-op threads (0: onnxruntime's default, one
-        per physical core). spin: whether idle intra-op threads busy-wait for the next op
-        (onnxruntime's default) or sleep, leaving their cores to the robot's other processes."""
+        per physical core). spin: whether idle intra-op threads busy-wait for the next op of a
+        run (onnxruntime's default) or sleep, leaving their cores to the robot's other
+        processes; either way they sleep once the run returns."""
         import onnxruntime as ort
 
         explicit = providers is not None
@@ -130,6 +131,11 @@ class OrtGraph:
         if threads:
             options.intra_op_num_threads = threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        # Spin between the ops of a run, never after it. A bundle runs its graphs in turn (visual,
+        # encoder, then the step twenty times); a session's threads left spinning after its run
+        # took the cores from the next graph's: on 2 cores a batch-1 beam-3 decode took 83 ms after
+        # the visual and encoder graphs instead of 36 (benchmarks/README.md, "Spinning after a run").
+        options.add_session_config_entry("session.force_spinning_stop", "1")
         try:
             self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
         except Exception as exc:  # onnxruntime raises its own exception types
