@@ -165,6 +165,9 @@ class FeatureWriter(_HDF5File):
         if dtype not in ("float32", "float16"):
             raise EdgecapError(f"feature dtype {dtype!r}, expected 'float32' or 'float16'")
         self.dtype = dtype
+        if self.path.is_file() and self.path.stat().st_size and not h5py.is_hdf5(self.path):
+            raise EdgecapError(f"features file {self.path} exists and is not an HDF5 file; not writing "
+                               "over it: choose another --out")
         try:
             self._file = h5py.File(self.path, "a")
         except OSError as exc:
