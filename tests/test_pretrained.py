@@ -119,6 +119,21 @@ def test_visual_only_state_dict_and_mismatched_weights(tiny, tmp_path):
         build_frontend(str(config), weights=str(tmp_path / "junk.pt"))
 
 
+@pytest.mark.parametrize("prefix", ["module.", "_orig_mod.module."], ids=["ddp", "ddp+compile"])
+def test_open_clip_training_checkpoint_loads_its_visual_tower(tiny, tmp_path, prefix):
+    """What open_clip's training script saves: epoch, name, the optimizer, and the DDP model's
+    state dict (keys "module.visual...", with torch.compile also "_orig_mod.") under "state_dict"."""
+    config, _, clip = tiny
+    optimizer = torch.optim.AdamW(clip.parameters(), lr=1e-4)
+    checkpoint = {"epoch": 32, "name": "edgecap-test-vit-run", "optimizer": optimizer.state_dict(),
+                  "state_dict": {prefix + k: v for k, v in clip.state_dict().items()}}
+    path = tmp_path / "epoch_32.pt"
+    torch.save(checkpoint, path)
+    images = torch.randn(2, 3, 64, 64)
+    tokens = tokens_of(build_frontend(str(config), weights=str(path)), images)
+    assert torch.allclose(tokens, reference_tokens(clip.visual, images), atol=1e-5)
+
+
 def test_open_clip_front_end_in_a_captioner(tiny, tmp_path):
     config, weights, clip = tiny
     over = {**tiny_overrides("smart"), **frontend_overrides(str(config), weights=str(weights), sha256=sha256_file(weights))}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +86,8 @@ def read_state_dict(path: Path, what: str = "weights") -> dict:
     """The tensors of a `torch.save`d state dict or a safetensors file, unwrapped.
 
     Accepts the layouts training code writes: a bare state dict, one nested under
-    'state_dict' / 'model' / 'module', and DataParallel's 'module.' key prefix.
+    'state_dict' / 'model' / 'module', DataParallel's 'module.' and torch.compile's '_orig_mod.'
+    key prefixes, and torch.save's legacy (pre-1.6, non-zip) format of older hub files.
     """
     import torch
 
@@ -95,8 +97,10 @@ def read_state_dict(path: Path, what: str = "weights") -> dict:
 
             state = load_file(str(path), device="cpu")
         else:
-            # mmap: a 1 GB ViT-L file is paged in as it is copied, not read twice
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            # mmap: a 1 GB ViT-L file is paged in as it is copied, not read twice. Only the zip
+            # layout (torch >= 1.6) maps; older hub files (torch.save's legacy format, as
+            # resnet18-5c106cde.pth) are read whole.
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except Exception as exc:  # torch / safetensors raise many types for a bad file
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise EdgecapError(f"{what} {path} are not a readable state dict: {reason[:160]}") from exc
@@ -105,8 +109,12 @@ def read_state_dict(path: Path, what: str = "weights") -> dict:
             state = state[key]
     if not isinstance(state, dict) or not state or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise EdgecapError(f"{what} {path} hold no state dict (a mapping of tensor names to tensors)")
-    if all(k.startswith("module.") for k in state):
-        state = {k[len("module."):]: v for k, v in state.items()}
+    # DataParallel / DDP's "module." and torch.compile's "_orig_mod." (open_clip's training
+    # script can add both), in either order
+    for _ in range(2):
+        for prefix in ("module.", "_orig_mod."):
+            if all(k.startswith(prefix) for k in state):
+                state = {k[len(prefix):]: v for k, v in state.items()}
     return state
 
 
