@@ -240,6 +240,10 @@ def test_execute_with_detections_scores_them(tmp_path, monkeypatch):
     ('{"frame_id": 0, "objects": [{"class": "cup", "box": [5, 5, 1, 1]}]}', "right < left"),
     ('{"frame_id": 0, "objects": [{"class": "cup", "box": [0, 0, 1, 1], "area": 3}]}', "fraction"),
     ("not json", "invalid JSON"),
+    # NaN / Infinity as Python's json.dumps writes them: a box must not become "covers the frame"
+    ('{"frame_id": 0, "objects": [{"class": "cup", "box": [0, 0, NaN, 9]}]}', "'box': expected a finite number, got nan"),
+    ('{"frame_id": 0, "objects": [{"class": "cup", "box": [0, 0, 9, 9], "area": Infinity}]}',
+     "'area': expected a finite number, got inf"),
 ])
 def test_bad_detections_file_names_the_line(tmp_path, line, message):
     from edgecap.runtime.detections import Detections
