@@ -106,6 +106,21 @@ def test_train_cli_names_the_bad_section_in_one_line(tmp_path, run_cli, text, me
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("assignment, message", [
+    ("model.visual.kind=cnnn", "unknown visual front end 'cnnn' (did you mean 'cnn'?)"),
+    ("model.encoder_attention=memroy", "unknown encoder attention 'memroy' (did you mean 'memory'?)"),
+])
+def test_a_misspelt_part_fails_before_the_run_prepares_data(tmp_path, run_cli, assignment, message):
+    """Registered names are checked with the config, not when the model is built after the data
+    step (minutes of synthetic-world generation, or a missing dataset reported instead)."""
+    config = tmp_path / "c.toml"
+    config.write_text('[model]\npreset = "smart"\n[data]\nkarpathy = "missing.json"\nimages = "imgs"\n')
+    code, _, err = run_cli("train", "--config", config, "--set", assignment, "--out", tmp_path / "run")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert message in err and f"(after --set {assignment})" in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_binary_config_is_one_line(tmp_path, run_cli):
     config = tmp_path / "weights.toml"
     config.write_bytes(b"\x80\x81PK\x03\x04" * 8)

@@ -325,7 +325,10 @@ def _validate(cfg: TrainConfig, where: str) -> None:
     _positive(cfg.run.log_every, f"{where}: [run].log_every")
     # The model section: build the config once so a bad preset / field fails now, not later.
     try:
+        from edgecap.models.factory import check_parts
+
         model_cfg = cfg.model_config(vocab_size=100)
+        check_parts(model_cfg)
     except EdgecapError as exc:
         raise EdgecapError(f"{where}: [model]: {exc}") from None
     _validate_retrieval(cfg, model_cfg, where)
