@@ -92,12 +92,16 @@ _MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "lzma"), (b"
 _NUMBER = re.compile(rb"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
+def _compression(path: Path) -> str | None:
+    with open(path, "rb") as fh:
+        head = fh.read(6)
+    return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+
+
 @contextmanager
 def _open_bytes(path: Path) -> Iterator[IO[bytes]]:
     """The file's bytes, decompressed when it is a gzip / bz2 / xz file or a one-file zip."""
-    with open(path, "rb") as fh:
-        head = fh.read(6)
-    kind = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+    kind = _compression(path)
     if kind is None:
         with open(path, "rb") as fh:
             yield fh
@@ -112,6 +116,28 @@ def _open_bytes(path: Path) -> Iterator[IO[bytes]]:
     else:
         with importlib.import_module(kind).open(path, "rb") as fh:
             yield fh
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _progress(path: Path):
+    """A bytes progress bar on a terminal: glove.840B.300d.txt (5.6 GB) parses for minutes."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm is optional on a robot install
+        return _NoBar()
+    plain = _compression(path) is None  # else the decompressed size is unknown up front
+    return tqdm(total=path.stat().st_size if plain else None, unit="B", unit_scale=True, leave=False,
+                desc=f"reading {path.name}", disable=None, miniters=1 << 20)
 
 
 def _word2vec_header(parts: list[bytes]) -> int | None:
@@ -135,9 +161,10 @@ def _parse_text(path: Path) -> tuple[list[str], np.ndarray]:
     seen: set[str] = set()
     dim = None
     skipped = {"not UTF-8": 0, "repeated": 0}
-    with _open_bytes(path) as fh:
+    with _open_bytes(path) as fh, _progress(path) as bar:
         # bytes split only on b"\n", so a stray \r or U+2028 inside a word stays in it
         for lineno, raw in enumerate(fh, 1):
+            bar.update(len(raw))
             parts = raw.rstrip(b"\r\n").rstrip(b" ").split(b" ")
             if lineno == 1 and _word2vec_header(parts):
                 dim = _word2vec_header(parts)
