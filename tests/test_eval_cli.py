@@ -218,13 +218,15 @@ def test_coco_captions_file_scores_like_the_official_evaluator(tmp_path, capsys)
     refs = tmp_path / "captions_val2014.json"
     refs.write_text(json.dumps(COCO_CAPTIONS))
     clean = [{"image_id": 391895, "caption": "a man riding a motorcycle on a dirt road"},
-             {"image_id": 522418, "caption": "a woman cutting a cake"}]
+             {"image_id": 522418, "caption": "a woman cutting a cake"},
+             {"image_id": 184613, "caption": "a child with an umbrella next to a cow"}]
     (tmp_path / "clean.json").write_text(json.dumps(clean))
     # the same results as other captioning code writes them: a str id, extra keys, an image twice
-    # (the first caption counts), a file name for an id
+    # (the first caption counts), a file name or a zero-padded number for an id
     ours = [{"image_id": "391895", "caption": clean[0]["caption"], "id": 0, "score": -3.2},
             {"image_id": "COCO_val2014_000000522418.jpg", "caption": clean[1]["caption"]},
-            {"image_id": 391895, "caption": "a dog"}]
+            {"image_id": 391895, "caption": "a dog"},
+            {"image_id": "000000184613", "caption": clean[2]["caption"]}]  # a COCO 2017 file stem
     (tmp_path / "ours.json").write_text(json.dumps(ours))
     # the official evaluator's pipeline (COCOEvalCap.evaluate without METEOR/SPICE)
     with contextlib.redirect_stdout(io.StringIO()):
@@ -241,7 +243,7 @@ def test_coco_captions_file_scores_like_the_official_evaluator(tmp_path, capsys)
     scores = {line.split()[0]: float(line.split()[1]) for line in out.splitlines()[1:7]}
     assert scores["BLEU-4"] == pytest.approx(100 * bleu4, abs=0.005)
     assert scores["CIDEr-D"] == pytest.approx(100 * cider, abs=0.005)
-    assert "2 images scored" in out and "1 reference images without a prediction" in out
+    assert "3 images scored" in out and "0 reference images without a prediction" in out
     assert "1 repeated image ids (first caption kept" in out
     # a COCO captions file has no Karpathy splits: asking for one is an error, not an empty split
     assert main(["eval", "coco", "--captions", str(tmp_path / "ours.json"), "--refs", str(refs),

@@ -60,9 +60,11 @@ def load_references(path: str | Path, split: str | None = None) -> tuple[Referen
         refs = References(refs, f"split {split!r} of {path}")
 
     def resolve(image_id) -> str:
-        text = str(image_id)
+        text = str(image_id).strip()
         if text in refs:
             return text
+        if text.isdigit() and str(int(text)) in refs:  # "000000391895", a COCO 2017 file stem
+            return str(int(text))
         return aliases.get(text, aliases.get(Path(text).name, text))
 
     return refs, resolve
