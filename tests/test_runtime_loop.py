@@ -255,6 +255,17 @@ def test_bad_detections_file_names_the_line(tmp_path, line, message):
     assert f"{path}:1" in str(info.value)
 
 
+def test_detections_written_with_a_byte_order_mark(tmp_path):
+    """PowerShell 5's `Out-File -Encoding utf8` starts the file with a BOM."""
+    from edgecap.runtime.detections import Detections
+
+    path = tmp_path / "d.jsonl"
+    line = json.dumps({"frame_id": 3, "objects": [{"class": "tvmonitor", "box": [0, 0, 9, 9]}]})
+    path.write_bytes(b"\xef\xbb\xbf" + line.encode() + b"\r\n")
+    objects = Detections(path).objects(3, 20, 20)
+    assert [(o.cls, o.area) for o in objects] == [("television", 0.25)]
+
+
 def test_execute_rejects_a_batch_larger_than_the_bundle(tmp_path):
     folder = _folder(tmp_path, [RED])
     with pytest.raises(EdgecapError, match="static batch 2"):

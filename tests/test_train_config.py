@@ -121,6 +121,14 @@ def test_a_misspelt_part_fails_before_the_run_prepares_data(tmp_path, run_cli, a
     assert not (tmp_path / "run").exists()
 
 
+def test_a_config_saved_with_a_byte_order_mark_reads_like_one_without(tmp_path):
+    """Windows Notepad (before 2019) saved UTF-8 with a BOM, which tomllib refuses."""
+    text = (Path(REPO) / "configs" / "demo-tabletop.toml").read_text(encoding="utf-8")
+    bom = tmp_path / "notepad.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    assert load_config(bom).to_dict() == load_config(Path(REPO) / "configs" / "demo-tabletop.toml").to_dict()
+
+
 def test_a_binary_config_is_one_line(tmp_path, run_cli):
     config = tmp_path / "weights.toml"
     config.write_bytes(b"\x80\x81PK\x03\x04" * 8)

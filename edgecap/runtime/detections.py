@@ -63,7 +63,7 @@ class Detections:
         self.path = Path(path)
         self.area = check_area(area)
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            lines = self.path.read_text(encoding="utf-8-sig").splitlines()  # PowerShell writes a BOM
         except OSError as exc:
             raise EdgecapError(f"--detections {self.path}: cannot read ({exc.strerror})") from None
         except UnicodeDecodeError as exc:

@@ -377,7 +377,7 @@ def load_config(path: str | os.PathLike, overrides: tuple[str, ...] | list[str] 
     if not path.is_file():
         raise EdgecapError(f"config {path} does not exist")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # Windows Notepad's BOM, which tomllib refuses
         data = tomllib.loads(text)
     except UnicodeDecodeError as exc:
         raise EdgecapError(f"config {path}: not a text file ({exc.reason} at byte {exc.start})") from None
