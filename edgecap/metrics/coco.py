@@ -16,6 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
+from edgecap.data.karpathy import FOLD
 from edgecap.errors import EdgecapError, require
 from edgecap.io import stderr_lines
 
@@ -88,7 +89,7 @@ def _karpathy_references(path: Path, data, split: str) -> tuple[dict[str, list[s
         if not isinstance(img, dict):
             raise EdgecapError(f"{path}: images[{i}] is not an object")
         splits.add(img.get("split"))
-        if img.get("split") != split:
+        if img.get("split") != split and FOLD.get(img.get("split")) != split:  # train takes restval
             continue
         ident = img.get("cocoid", img.get("imgid"))
         if ident is None:
