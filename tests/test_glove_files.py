@@ -71,9 +71,12 @@ def test_840b_words_with_spaces_take_the_last_d_fields(tmp_path):
     glove = load(tmp_path, "glove.840B.3d.txt", data)
     assert glove.words() == ["bowl", ". . .", "at name@domain.com", "plate"]
     assert cosine(glove, "at name@domain.com", "bowl") == pytest.approx(0.8, abs=1e-5)
-    # an extra NUMBER is a vector of the wrong length, never part of a word
-    with pytest.raises(EdgecapError, match=r"long.txt:2: 4 numbers after 'plate', expected 3"):
-        load(tmp_path, "long.txt", line("bowl", BOWL) + line("plate", (0.5, *PLATE)))
+    # a short numeric part is part of a word ("1 1/2", "2 0"); a run of numbers is a longer vector
+    glove = load(tmp_path, "num.txt", line("bowl", BOWL) + line("2 0", PLATE))
+    assert glove.words() == ["bowl", "2 0"]
+    # a 9-d line in a 3-d file (two GloVe files concatenated)
+    with pytest.raises(EdgecapError, match=r"mixed.txt:2: 9 numbers after 'plate', expected 3"):
+        load(tmp_path, "mixed.txt", line("bowl", BOWL) + line("plate", (*PLATE, *PLATE, *PLATE)))
 
 
 def test_repeated_and_non_utf8_words_are_skipped_and_counted(tmp_path, capsys):

@@ -87,8 +87,11 @@ def _load_packaged() -> GloVe:
 # first bytes of the archives GloVe and word2vec files are shipped in (glove.840B.300d.zip,
 # glove.6B.50d.txt.gz, ...)
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "lzma"), (b"PK\x03\x04", "zip"))
-# a plain decimal number: what tells an extra leading field of a wrong-length vector ("cup 1 2 3"
-# when the file is 2-d) from the second word of a multi-word entry ("at name@domain.com ...")
+# What tells a vector longer than the file's (a 100-d line in a 50-d file: 50 extra numbers)
+# from a multi-word entry, whose extra fields are a few words ("at name@domain.com", "1 1/2"):
+# more than _WORD_PARTS extra fields that are all plain numbers. A short numeric run is read as
+# part of the word, so no glove.840B entry can stop the load.
+_WORD_PARTS = 4
 _NUMBER = re.compile(rb"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
@@ -175,7 +178,8 @@ def _parse_text(path: Path) -> tuple[list[str], np.ndarray]:
                 dim = len(parts) - 1
             shown = parts[0][:40].decode("utf-8", "replace")
             extra = parts[1:-dim] if len(parts) - 1 > dim else []
-            if len(parts) - 1 < dim or (extra and all(_NUMBER.fullmatch(p) for p in extra)):
+            longer = len(extra) > _WORD_PARTS and all(_NUMBER.fullmatch(p) for p in extra)
+            if len(parts) - 1 < dim or longer:
                 raise EdgecapError(
                     f"{path}:{lineno}: {len(parts) - 1} numbers after {shown!r}, expected {dim}; "
                     "not a GloVe text file (word followed by space-separated floats)"
