@@ -225,3 +225,12 @@ def test_out_that_is_not_hdf5_is_refused_untouched(backbone, dataset, tmp_path, 
     assert code == 1 and stderr.count("\n") == 1
     assert f"features file {mine} exists and is not an HDF5 file; not writing over it" in stderr
     assert mine.read_text() == '{"images": []}'
+    # a folder, or a path through a file: one line, and no advice to delete anything
+    folder = tmp_path / "runs"
+    (folder / "keep").mkdir(parents=True)
+    code, _, stderr = run_cli(*extract_args(backbone, dataset, folder, "--splits", "val"))
+    assert code == 1 and stderr.strip().endswith(f"features file {folder} is a directory; --out names an "
+                                                 "HDF5 file (.h5)")
+    code, _, stderr = run_cli(*extract_args(backbone, dataset, mine / "f.h5", "--splits", "val"))
+    assert code == 1 and stderr.count("\n") == 1 and f"features file {mine / 'f.h5'}: cannot create {mine}" in stderr
+    assert (folder / "keep").is_dir() and mine.read_text() == '{"images": []}'
