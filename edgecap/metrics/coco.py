@@ -60,18 +60,26 @@ def load_references(path: str | Path, split: str | None = None) -> tuple[Referen
         refs, aliases = _karpathy_references(path, data, split)
         refs = References(refs, f"split {split!r} of {path}")
 
+    return refs, id_resolver(refs, aliases)
+
+
+def id_resolver(keys, aliases: dict[str, str]):
+    """image_id -> key: the key itself, a zero-padded number ("000000391895", a COCO 2017
+    file stem), or a file name / stem in `aliases`; anything else is returned as it is."""
+
     def resolve(image_id) -> str:
         text = str(image_id).strip()
-        if text in refs:
+        if text in keys:
             return text
-        if text.isdigit() and str(int(text)) in refs:  # "000000391895", a COCO 2017 file stem
+        if text.isdigit() and str(int(text)) in keys:
             return str(int(text))
         return aliases.get(text, aliases.get(Path(text).name, text))
 
-    return refs, resolve
+    return resolve
 
 
-def _file_aliases(name, key: str, aliases: dict[str, str]) -> None:
+def file_aliases(name, key: str, aliases: dict[str, str]) -> None:
+    """Record an image's file name and its stem as aliases of its key."""
     for alias in (name, Path(str(name or "")).stem):
         if alias:
             aliases.setdefault(str(alias), key)
@@ -108,7 +116,7 @@ def _karpathy_references(path: Path, data, split: str) -> tuple[dict[str, list[s
             texts.append(text)
         key = str(ident)
         refs[key] = texts
-        _file_aliases(img.get("filename"), key, aliases)
+        file_aliases(img.get("filename"), key, aliases)
     if not refs:
         raise EdgecapError(
             f"{path}: no images in split {split!r}; splits present: "
@@ -129,7 +137,7 @@ def _coco_captions(path: Path, data: dict) -> tuple[dict[str, list[str]], dict[s
     aliases: dict[str, str] = {}
     for img in data.get("images") or []:
         if isinstance(img, dict) and str(img.get("id")) in refs:
-            _file_aliases(img.get("file_name"), str(img["id"]), aliases)
+            file_aliases(img.get("file_name"), str(img["id"]), aliases)
     return refs, aliases
 
 

@@ -259,8 +259,8 @@ def run_chair(args) -> int:
         gt = {i: {c for c, a in v.items() if a >= args.min_area} for i, v in areas.items()}
         chair, normalize = Chair(classes=tuple(ACVR_CLASSES)), normalize_image_id
     else:
-        gt = load_coco_instances(args.instances)
-        chair, normalize = Chair(classes=COCO_CLASSES), None
+        gt, normalize = load_coco_instances(args.instances)
+        chair = Chair(classes=COCO_CLASSES)
         if args.refs:
             from edgecap.metrics.coco import load_references
 
