@@ -132,6 +132,14 @@ def test_weights_for_another_architecture_are_a_one_line_error(tmp_path):
     assert "\n" not in str(info.value)
     with pytest.raises(EdgecapError, match="does not exist"):
         build_frontend("resnet50", SIZE, str(tmp_path / "missing.pth"))
+    # a whole pickled model (torch.save(model)): named as such, never unpickled, no colour codes
+    whole = tmp_path / "whole.pth"
+    torch.save(torchvision.models.efficientnet_b0(weights=None), whole)
+    with pytest.raises(EdgecapError) as info:
+        build_frontend("efficientnet_b0", SIZE, str(whole))
+    assert str(info.value) == (f"torchvision weights {whole} hold pickled Python objects, not only tensors "
+                               "(a whole model saved with torch.save(model)?); they are never unpickled here: "
+                               "save model.state_dict() instead")
 
 
 def test_open_clip_vit_weights_at_another_input_size_get_resized_positions(tmp_path):

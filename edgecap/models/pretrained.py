@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -122,7 +123,13 @@ def read_state_dict(path: Path, what: str = "weights") -> dict:
             else:
                 state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
     except Exception as exc:  # torch / safetensors raise many types for a bad file
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # torch colours its messages
+        if text.startswith("Weights only load failed"):
+            raise EdgecapError(
+                f"{what} {path} hold pickled Python objects, not only tensors (a whole model saved "
+                f"with torch.save(model)?); they are never unpickled here: save model.state_dict() instead"
+            ) from exc
+        reason = (text.splitlines() or [type(exc).__name__])[0]
         raise EdgecapError(f"{what} {path} are not a readable state dict: {reason[:160]}") from exc
     for key in _WRAPPERS:
         if isinstance(state, dict) and isinstance(state.get(key), dict):
