@@ -137,9 +137,10 @@ def test_weights_for_another_architecture_are_a_one_line_error(tmp_path):
     torch.save(torchvision.models.efficientnet_b0(weights=None), whole)
     with pytest.raises(EdgecapError) as info:
         build_frontend("efficientnet_b0", SIZE, str(whole))
-    assert str(info.value) == (f"torchvision weights {whole} hold pickled Python objects, not only tensors "
-                               "(a whole model saved with torch.save(model)?); they are never unpickled here: "
-                               "save model.state_dict() instead")
+    assert str(info.value) == (f"torchvision weights {whole} hold pickled Python objects "
+                               "(torchvision.models.efficientnet.EfficientNet), not only tensors (a whole model "
+                               "saved with torch.save(model)?); they are never unpickled here: save "
+                               "model.state_dict() instead")
 
 
 def test_open_clip_vit_weights_at_another_input_size_get_resized_positions(tmp_path):

@@ -115,7 +115,7 @@ def test_visual_only_state_dict_and_mismatched_weights(tiny, tmp_path):
     with pytest.raises(EdgecapError, match="did you mean 'ViT-B-32'"):
         build_frontend("ViT-B-23", weights=str(visual_only))
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(EdgecapError, match="not a readable state dict"):
+    with pytest.raises(EdgecapError, match="junk.pt are not a readable state dict: not a torch.save or safetensors file$"):
         build_frontend(str(config), weights=str(tmp_path / "junk.pt"))
 
 

@@ -124,12 +124,16 @@ def read_state_dict(path: Path, what: str = "weights") -> dict:
                 state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
     except Exception as exc:  # torch / safetensors raise many types for a bad file
         text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # torch colours its messages
-        if text.startswith("Weights only load failed"):
+        pickled = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if pickled:
             raise EdgecapError(
-                f"{what} {path} hold pickled Python objects, not only tensors (a whole model saved "
-                f"with torch.save(model)?); they are never unpickled here: save model.state_dict() instead"
+                f"{what} {path} hold pickled Python objects ({pickled.group(1)}), not only tensors (a "
+                f"whole model saved with torch.save(model)?); they are never unpickled here: save "
+                f"model.state_dict() instead"
             ) from exc
         reason = (text.splitlines() or [type(exc).__name__])[0]
+        if reason.startswith("Weights only load failed"):  # its advice is to unpickle anyway
+            reason = "not a torch.save or safetensors file"
         raise EdgecapError(f"{what} {path} are not a readable state dict: {reason[:160]}") from exc
     for key in _WRAPPERS:
         if isinstance(state, dict) and isinstance(state.get(key), dict):
