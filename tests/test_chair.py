@@ -54,7 +54,35 @@ def test_coco_instances(tmp_path):
         "categories": [{"id": 62, "name": "chair"}, {"id": 72, "name": "tv"}],
         "annotations": [{"image_id": 1, "category_id": 62}, {"image_id": 1, "category_id": 72}],
     }))
-    assert load_coco_instances(path) == {"1": {"chair", "television"}, "2": set()}
+    assert load_coco_instances(path)[0] == {"1": {"chair", "television"}, "2": set()}
     path.write_text(json.dumps({"categories": [], "annotations": [{"image_id": 1, "category_id": 3}]}))
     with pytest.raises(EdgecapError, match=r"annotations\[0\]"):
         load_coco_instances(path)
+
+
+def test_chair_on_coco_resolves_ids_as_other_code_writes_them(tmp_path, capsys):
+    """instances_val2014.json as COCO ships it, results keyed by int, zero-padded string (a COCO
+    2017 file stem) and file name: all three images are scored, none is "unknown"."""
+    from edgecap.cli import main
+
+    instances = tmp_path / "instances_val2014.json"
+    instances.write_text(json.dumps({
+        "info": {}, "licenses": [],
+        "images": [{"id": 391895, "file_name": "COCO_val2014_000000391895.jpg"},
+                   {"id": 522418, "file_name": "COCO_val2014_000000522418.jpg"},
+                   {"id": 184613, "file_name": "COCO_val2014_000000184613.jpg"}],
+        "categories": [{"supercategory": "person", "id": 1, "name": "person"},
+                       {"supercategory": "food", "id": 61, "name": "cake"}],
+        "annotations": [{"image_id": 391895, "category_id": 1, "iscrowd": 0, "bbox": [0, 0, 5, 5], "id": 1},
+                        {"image_id": 522418, "category_id": 61, "iscrowd": 1, "bbox": [0, 0, 5, 5], "id": 2},
+                        {"image_id": 184613, "category_id": 1, "iscrowd": 0, "bbox": [0, 0, 5, 5], "id": 3}]}))
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps([{"image_id": 391895, "caption": "a man on a road"},
+                                   {"image_id": "000000522418", "caption": "a cake next to a dog"},
+                                   {"image_id": "COCO_val2014_000000184613.jpg", "caption": "a child"}]))
+    assert main(["eval", "chair", "--captions", str(results), "--instances", str(instances),
+                 "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "chair.json").read_text())["files"]["results"]["summary"]
+    # man, child: person (in view); cake (in view); dog: hallucinated in 1 of 3 captions
+    assert (summary["captions"], summary["mentions"], summary["hallucinated_mentions"]) == (3, 4, 1)
+    assert summary["unknown_image_ids"] == 0

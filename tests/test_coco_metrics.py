@@ -21,6 +21,7 @@ DATASET = {"images": [
         {"raw": "A laptop next to a book."}, {"tokens": ["an", "open", "laptop", "and", "a", "book"]}]},
     {"cocoid": 13, "filename": "c.jpg", "split": "test", "sentences": [{"raw": "Two chairs in a room"}]},
     {"cocoid": 14, "filename": "d.jpg", "split": "train", "sentences": [{"raw": "a dog"}]},
+    {"cocoid": 15, "filename": "e.jpg", "split": "restval", "sentences": [{"raw": "a cat"}]},
 ]}
 
 
@@ -36,8 +37,11 @@ def test_reference_loading_and_id_resolution(refs_file):
     assert set(refs) == {"11", "12", "13"}
     assert refs["12"][1] == "an open laptop and a book"
     assert resolve("b.jpg") == "12" and resolve("c") == "13" and resolve(11) == "11"
-    with pytest.raises(EdgecapError, match="no images in split 'val'; splits present: test, train"):
+    with pytest.raises(EdgecapError, match="no images in split 'val'; splits present: restval, test, train"):
         coco.load_references(refs_file, "val")
+    # Karpathy train is train + restval (113k images on COCO), as training reads it
+    assert set(coco.load_references(refs_file, "train")[0]) == {"14", "15"}
+    assert set(coco.load_references(refs_file, "restval")[0]) == {"15"}
 
 
 def test_metrics_per_image_and_cider_matches_our_scorer(refs_file):

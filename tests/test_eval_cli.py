@@ -183,9 +183,72 @@ def test_coco_command(tmp_path, capsys):
     assert main(["eval", "coco", "--captions", str(preds), "--refs", str(refs), "--no-meteor",
                  "--spice", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "BLEU-1       100.00" in text and "SPICE" in text and "1 split images without a prediction" in text
+    assert "BLEU-1       100.00" in text and "SPICE" in text and "1 reference images without a prediction" in text
     doc = json.loads((tmp_path / "coco_metrics.json").read_text())
     assert doc["per_image"]["7"]["ROUGE-L"] == pytest.approx(1.0)
+
+
+# captions_val2014.json as COCO ships it (the official coco-caption evaluator's annotation file)
+COCO_CAPTIONS = {
+    "info": {"description": "COCO 2014 Dataset"}, "licenses": [], "type": "captions",
+    "images": [{"id": 391895, "file_name": "COCO_val2014_000000391895.jpg", "height": 360, "width": 640},
+               {"id": 522418, "file_name": "COCO_val2014_000000522418.jpg", "height": 480, "width": 640},
+               {"id": 184613, "file_name": "COCO_val2014_000000184613.jpg", "height": 336, "width": 500}],
+    "annotations": [
+        {"image_id": 391895, "id": 1, "caption": "A man with a red helmet on a small moped on a dirt road. "},
+        {"image_id": 391895, "id": 2, "caption": "Man riding a motor bike on a dirt road on the countryside."},
+        {"image_id": 522418, "id": 3, "caption": "A woman wearing a net on her head cutting a cake. "},
+        {"image_id": 522418, "id": 4, "caption": "A woman cutting a large white sheet cake."},
+        {"image_id": 184613, "id": 5, "caption": "A child holding a flowered umbrella and petting a yak."}]}
+
+
+def test_coco_captions_file_scores_like_the_official_evaluator(tmp_path, capsys):
+    import contextlib
+    import io
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.skip("java needed")
+    pytest.importorskip("pycocoevalcap")
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+    from pycocotools.coco import COCO
+
+    refs = tmp_path / "captions_val2014.json"
+    refs.write_text(json.dumps(COCO_CAPTIONS))
+    clean = [{"image_id": 391895, "caption": "a man riding a motorcycle on a dirt road"},
+             {"image_id": 522418, "caption": "a woman cutting a cake"},
+             {"image_id": 184613, "caption": "a child with an umbrella next to a cow"}]
+    (tmp_path / "clean.json").write_text(json.dumps(clean))
+    # the same results as other captioning code writes them: a str id, extra keys, an image twice
+    # (the first caption counts), a file name or a zero-padded number for an id
+    ours = [{"image_id": "391895", "caption": clean[0]["caption"], "id": 0, "score": -3.2},
+            {"image_id": "COCO_val2014_000000522418.jpg", "caption": clean[1]["caption"]},
+            {"image_id": 391895, "caption": "a dog"},
+            {"image_id": "000000184613", "caption": clean[2]["caption"]}]  # a COCO 2017 file stem
+    (tmp_path / "ours.json").write_text(json.dumps(ours))
+    # the official evaluator's pipeline (COCOEvalCap.evaluate without METEOR/SPICE)
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco = COCO(str(refs))
+        res = coco.loadRes(str(tmp_path / "clean.json"))
+        ids = res.getImgIds()
+        gts = PTBTokenizer().tokenize({i: coco.imgToAnns[i] for i in ids})
+        cands = PTBTokenizer().tokenize({i: res.imgToAnns[i] for i in ids})
+        bleu4 = Bleu(4).compute_score(gts, cands)[0][3]
+        cider = Cider().compute_score(gts, cands)[0]
+    assert main(["eval", "coco", "--captions", str(tmp_path / "ours.json"), "--refs", str(refs),
+                 "--no-meteor"]) == 0
+    out = capsys.readouterr().out
+    scores = {line.split()[0]: float(line.split()[1]) for line in out.splitlines()[1:7]}
+    assert scores["BLEU-4"] == pytest.approx(100 * bleu4, abs=0.005)
+    assert scores["CIDEr-D"] == pytest.approx(100 * cider, abs=0.005)
+    assert "3 images scored" in out and "0 reference images without a prediction" in out
+    assert "1 repeated image ids (first caption kept" in out
+    # a COCO captions file has no Karpathy splits: asking for one is an error, not an empty split
+    assert main(["eval", "coco", "--captions", str(tmp_path / "ours.json"), "--refs", str(refs),
+                 "--split", "val"]) == 1
+    assert "captions_val2014.json: a COCO captions file has no splits (split 'val' asked)" in capsys.readouterr().err
 
 
 def test_metrics_package_never_imports_torch():

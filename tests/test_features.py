@@ -195,3 +195,42 @@ def test_extract_never_appends_to_a_features_file_it_did_not_write(backbone, dat
     assert code == 1 and stderr.count("\n") == 1
     assert f"features file {theirs} was not written by edgecap (it holds 391895_features); not appending to it" in stderr
     assert theirs.read_bytes() == before
+
+
+def test_splits_train_takes_restval_like_training(backbone, dataset, tmp_path, run_cli):
+    """dataset_coco.json as Karpathy ships it: 30k COCO-val images are in "restval", which
+    training reads as train; features for --splits train must cover them."""
+    from edgecap.data.karpathy import load_karpathy
+
+    images, split_file = dataset
+    doc = json.loads(split_file.read_text())
+    doc["images"][3]["split"] = doc["images"][4]["split"] = "restval"
+    split_file.write_text(json.dumps(doc))
+    out = tmp_path / "train.h5"
+    code, stdout, stderr = run_cli(*extract_args(backbone, dataset, out, "--splits", "train"))
+    assert code == 0 and "5 images written" in stdout, stderr
+    train = load_karpathy(split_file)["train"]
+    assert sorted(FeatureStore(out).ids()) == sorted(im.image_id for im in train)
+    code, stdout, _ = run_cli(*extract_args(backbone, dataset, tmp_path / "rv.h5", "--splits", "restval"))
+    assert code == 0 and "2 images written" in stdout
+    code, _, stderr = run_cli(*extract_args(backbone, dataset, tmp_path / "x.h5", "--splits", "train,tset"))
+    assert code == 1 and "--splits tset: not a Karpathy split; expected train, restval, val, test" in stderr
+
+
+def test_out_that_is_not_hdf5_is_refused_untouched(backbone, dataset, tmp_path, run_cli):
+    """--out naming a user's file by mistake: refused, and not with advice to delete it."""
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"images": []}')
+    code, _, stderr = run_cli(*extract_args(backbone, dataset, mine, "--splits", "val"))
+    assert code == 1 and stderr.count("\n") == 1
+    assert f"features file {mine} exists and is not an HDF5 file; not writing over it" in stderr
+    assert mine.read_text() == '{"images": []}'
+    # a folder, or a path through a file: one line, and no advice to delete anything
+    folder = tmp_path / "runs"
+    (folder / "keep").mkdir(parents=True)
+    code, _, stderr = run_cli(*extract_args(backbone, dataset, folder, "--splits", "val"))
+    assert code == 1 and stderr.strip().endswith(f"features file {folder} is a directory; --out names an "
+                                                 "HDF5 file (.h5)")
+    code, _, stderr = run_cli(*extract_args(backbone, dataset, mine / "f.h5", "--splits", "val"))
+    assert code == 1 and stderr.count("\n") == 1 and f"features file {mine / 'f.h5'}: cannot create {mine}" in stderr
+    assert (folder / "keep").is_dir() and mine.read_text() == '{"images": []}'

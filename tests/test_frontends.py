@@ -117,6 +117,10 @@ def test_torchvision_weights_file_as_torchvision_writes_it(tmp_path):
     wrapped = tmp_path / "wrapped.pt"
     torch.save({"epoch": 3, "state_dict": {f"module.{k}": v for k, v in reference.state_dict().items()}}, wrapped)
     assert torch.allclose(build_frontend("mobilenet_v3_large", SIZE, str(wrapped))(x)[0], want, atol=1e-5)
+    # older torch.hub files (resnet18-5c106cde.pth, ...) are in torch.save's legacy, non-zip format
+    legacy = tmp_path / "mobilenet_v3_large-legacy.pth"
+    torch.save(reference.state_dict(), legacy, _use_new_zipfile_serialization=False)
+    assert torch.allclose(build_frontend("mobilenet_v3_large", SIZE, str(legacy))(x)[0], want, atol=1e-5)
 
 
 def test_weights_for_another_architecture_are_a_one_line_error(tmp_path):
@@ -128,6 +132,15 @@ def test_weights_for_another_architecture_are_a_one_line_error(tmp_path):
     assert "\n" not in str(info.value)
     with pytest.raises(EdgecapError, match="does not exist"):
         build_frontend("resnet50", SIZE, str(tmp_path / "missing.pth"))
+    # a whole pickled model (torch.save(model)): named as such, never unpickled, no colour codes
+    whole = tmp_path / "whole.pth"
+    torch.save(torchvision.models.efficientnet_b0(weights=None), whole)
+    with pytest.raises(EdgecapError) as info:
+        build_frontend("efficientnet_b0", SIZE, str(whole))
+    assert str(info.value) == (f"torchvision weights {whole} hold pickled Python objects "
+                               "(torchvision.models.efficientnet.EfficientNet), not only tensors (a whole model "
+                               "saved with torch.save(model)?); they are never unpickled here: save "
+                               "model.state_dict() instead")
 
 
 def test_open_clip_vit_weights_at_another_input_size_get_resized_positions(tmp_path):

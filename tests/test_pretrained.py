@@ -115,8 +115,56 @@ def test_visual_only_state_dict_and_mismatched_weights(tiny, tmp_path):
     with pytest.raises(EdgecapError, match="did you mean 'ViT-B-32'"):
         build_frontend("ViT-B-23", weights=str(visual_only))
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(EdgecapError, match="not a readable state dict"):
+    with pytest.raises(EdgecapError, match="junk.pt are not a readable state dict: not a torch.save or safetensors file$"):
         build_frontend(str(config), weights=str(tmp_path / "junk.pt"))
+
+
+@pytest.mark.parametrize("prefix", ["module.", "_orig_mod.module."], ids=["ddp", "ddp+compile"])
+def test_open_clip_training_checkpoint_loads_its_visual_tower(tiny, tmp_path, prefix):
+    """What open_clip's training script saves: epoch, name, the optimizer, and the DDP model's
+    state dict (keys "module.visual...", with torch.compile also "_orig_mod.") under "state_dict"."""
+    config, _, clip = tiny
+    optimizer = torch.optim.AdamW(clip.parameters(), lr=1e-4)
+    checkpoint = {"epoch": 32, "name": "edgecap-test-vit-run", "optimizer": optimizer.state_dict(),
+                  "state_dict": {prefix + k: v for k, v in clip.state_dict().items()}}
+    path = tmp_path / "epoch_32.pt"
+    torch.save(checkpoint, path)
+    images = torch.randn(2, 3, 64, 64)
+    tokens = tokens_of(build_frontend(str(config), weights=str(path)), images)
+    assert torch.allclose(tokens, reference_tokens(clip.visual, images), atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::torch.jit.TracerWarning")
+def test_openai_torchscript_clip_archive_loads_into_a_quickgelu_tower(tiny, tmp_path):
+    """OpenAI's own CLIP files (ViT-B-32.pt as `clip.load` caches it) are TorchScript archives
+    of the whole model in float16, keys "visual.*", trained with QuickGELU; open_clip reads them
+    with torch.jit.load into its -quickgelu configs."""
+    config, _, clip = tiny
+    quick = tmp_path / "edgecap-test-vit-quickgelu.json"
+    quick.write_text(json.dumps({**TINY, "quick_gelu": True}))
+    open_clip.add_model_config(quick)
+    openai = open_clip.create_model(quick.stem, pretrained=None, pretrained_image=False, pretrained_text=False)
+    openai.load_state_dict(clip.state_dict())
+    visual = openai.visual.half().float().eval()  # the released weights are fp16
+
+    class OpenAIStyle(torch.nn.Module):
+        def __init__(self, visual):
+            super().__init__()
+            self.visual = visual
+
+        def forward(self, images):
+            return self.visual(images)
+
+    archive = tmp_path / "ViT-B-32.pt"
+    traced = torch.jit.trace(OpenAIStyle(visual), torch.randn(1, 3, 64, 64), check_trace=False)
+    torch.jit.save(traced.half(), archive)
+    images = torch.randn(2, 3, 64, 64)
+    tokens = tokens_of(build_frontend(str(quick), weights=str(archive)), images)
+    assert torch.allclose(tokens, reference_tokens(visual.float(), images), atol=1e-5)
+    # the same file in a GELU tower would give features OpenAI's model never made
+    with pytest.raises(EdgecapError, match=r"OpenAI's CLIP release, trained with QuickGELU, but backbone "
+                                           r".* uses GELU: use --backbone edgecap-test-vit-quickgelu"):
+        build_frontend(str(config), weights=str(archive))
 
 
 def test_open_clip_front_end_in_a_captioner(tiny, tmp_path):

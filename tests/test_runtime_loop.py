@@ -240,6 +240,10 @@ def test_execute_with_detections_scores_them(tmp_path, monkeypatch):
     ('{"frame_id": 0, "objects": [{"class": "cup", "box": [5, 5, 1, 1]}]}', "right < left"),
     ('{"frame_id": 0, "objects": [{"class": "cup", "box": [0, 0, 1, 1], "area": 3}]}', "fraction"),
     ("not json", "invalid JSON"),
+    # NaN / Infinity as Python's json.dumps writes them: a box must not become "covers the frame"
+    ('{"frame_id": 0, "objects": [{"class": "cup", "box": [0, 0, NaN, 9]}]}', "'box': expected a finite number, got nan"),
+    ('{"frame_id": 0, "objects": [{"class": "cup", "box": [0, 0, 9, 9], "area": Infinity}]}',
+     "'area': expected a finite number, got inf"),
 ])
 def test_bad_detections_file_names_the_line(tmp_path, line, message):
     from edgecap.runtime.detections import Detections
@@ -249,6 +253,17 @@ def test_bad_detections_file_names_the_line(tmp_path, line, message):
     with pytest.raises(EdgecapError, match=message) as info:
         Detections(path)
     assert f"{path}:1" in str(info.value)
+
+
+def test_detections_written_with_a_byte_order_mark(tmp_path):
+    """PowerShell 5's `Out-File -Encoding utf8` starts the file with a BOM."""
+    from edgecap.runtime.detections import Detections
+
+    path = tmp_path / "d.jsonl"
+    line = json.dumps({"frame_id": 3, "objects": [{"class": "tvmonitor", "box": [0, 0, 9, 9]}]})
+    path.write_bytes(b"\xef\xbb\xbf" + line.encode() + b"\r\n")
+    objects = Detections(path).objects(3, 20, 20)
+    assert [(o.cls, o.area) for o in objects] == [("television", 0.25)]
 
 
 def test_execute_rejects_a_batch_larger_than_the_bundle(tmp_path):

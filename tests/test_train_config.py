@@ -34,6 +34,19 @@ def cfg(**sections):
     ({"prototypes": {"stride": 10}}, r"\[prototypes\] is set but preset 'smart' has no prototype memory"),
     ({"schedule": {"epochs": 0}}, r"nothing to train"),
     ({"run": {"devce": "cpu"}}, r"\[run\]: unknown key 'devce' \(did you mean 'device'\?\)"),
+    # TOML has nan and inf; a nan learning rate trains nothing
+    ({"optim": {"lr": float("nan")}}, r"\[optim\]\.lr = nan: expected a finite number"),
+    ({"schedule": {"decay_rate": float("inf")}}, r"\[schedule\]\.decay_rate = inf: expected a finite number"),
+    # [model] fields are typed like every other section, not passed on to fail inside torch
+    ({"model": {"memory": {"slots": "16"}}}, r"'smart'\.memory\.slots = '16': expected an integer"),
+    ({"model": {"d_model": 160.0}}, r"'smart'\.d_model = 160.0: expected an integer"),
+    ({"model": {"dropout": "0.1"}}, r"'smart'\.dropout = '0.1': expected a number"),
+    ({"model": {"visual": {"kind": "cnn", "channels": "24,48"}}},
+     r"'smart'\.visual\.channels = '24,48': expected a list of integers"),
+    ({"model": {"visual": {"kind": "cnn", "mean": [0.5, 0.5]}}},
+     r"'smart'\.visual\.mean = \[0.5, 0.5\]: expected a list of 3 numbers"),
+    ({"model": {"n_heads": 0}}, r"config 'smart': n_heads=0, expected >= 1"),
+    ({"model": {"dropout": 1.5}}, r"config 'smart': dropout=1.5, expected a probability in \[0, 1\)"),
 ])
 def test_bad_keys_and_values_are_one_line_errors(sections, message):
     with pytest.raises(EdgecapError, match=message) as exc:
@@ -79,6 +92,10 @@ def test_missing_and_invalid_files(tmp_path):
     ('prototypes = 3\n[model]\npreset = "pma-edge"\n', "prototypes = 3 is not a section"),
     ('[model]\npreset = "nonexistent-family"\n[data]\nkarpathy = "d.json"\nfeatures = "f.h5"\n',
      "[model]: unknown model 'nonexistent-family'; valid: acf, m2"),
+    ('[model]\npreset = "smart"\nd_model = "160"\n[data]\nkarpathy = "d.json"\nfeatures = "f.h5"\n',
+     "[model]: config 'smart'.d_model = '160': expected an integer"),
+    ('[model]\npreset = "smart"\nn_heads = 0\n[data]\nkarpathy = "d.json"\nfeatures = "f.h5"\n',
+     "[model]: config 'smart': n_heads=0, expected >= 1"),
 ])
 def test_train_cli_names_the_bad_section_in_one_line(tmp_path, run_cli, text, message):
     config = tmp_path / "bad.toml"
@@ -87,6 +104,29 @@ def test_train_cli_names_the_bad_section_in_one_line(tmp_path, run_cli, text, me
     assert code == 1 and len(err.strip().splitlines()) == 1, err
     assert f"{config}: " in err and message in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ("model.visual.kind=cnnn", "unknown visual front end 'cnnn' (did you mean 'cnn'?)"),
+    ("model.encoder_attention=memroy", "unknown encoder attention 'memroy' (did you mean 'memory'?)"),
+])
+def test_a_misspelt_part_fails_before_the_run_prepares_data(tmp_path, run_cli, assignment, message):
+    """Registered names are checked with the config, not when the model is built after the data
+    step (minutes of synthetic-world generation, or a missing dataset reported instead)."""
+    config = tmp_path / "c.toml"
+    config.write_text('[model]\npreset = "smart"\n[data]\nkarpathy = "missing.json"\nimages = "imgs"\n')
+    code, _, err = run_cli("train", "--config", config, "--set", assignment, "--out", tmp_path / "run")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert message in err and f"(after --set {assignment})" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_config_saved_with_a_byte_order_mark_reads_like_one_without(tmp_path):
+    """Windows Notepad (before 2019) saved UTF-8 with a BOM, which tomllib refuses."""
+    text = (Path(REPO) / "configs" / "demo-tabletop.toml").read_text(encoding="utf-8")
+    bom = tmp_path / "notepad.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    assert load_config(bom).to_dict() == load_config(Path(REPO) / "configs" / "demo-tabletop.toml").to_dict()
 
 
 def test_a_binary_config_is_one_line(tmp_path, run_cli):

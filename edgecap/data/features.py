@@ -161,10 +161,19 @@ class FeatureWriter(_HDF5File):
     def __init__(self, path: str | os.PathLike, provenance: dict | None = None, dtype: str = "float32"):
         h5py = require("h5py", "train", "HDF5 features")
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_dir():
+            raise EdgecapError(f"features file {self.path} is a directory; --out names an HDF5 file (.h5)")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where a folder of the path should be
+            raise EdgecapError(f"features file {self.path}: cannot create {self.path.parent} "
+                               f"({exc.strerror})") from None
         if dtype not in ("float32", "float16"):
             raise EdgecapError(f"feature dtype {dtype!r}, expected 'float32' or 'float16'")
         self.dtype = dtype
+        if self.path.is_file() and self.path.stat().st_size and not h5py.is_hdf5(self.path):
+            raise EdgecapError(f"features file {self.path} exists and is not an HDF5 file; not writing "
+                               "over it: choose another --out")
         try:
             self._file = h5py.File(self.path, "a")
         except OSError as exc:

@@ -49,10 +49,19 @@ class ImageItem:
 
 
 def read_split_images(split_file: str | Path, images: str | Path, splits: set[str] | None = None) -> list[ImageItem]:
-    """Every image of a Karpathy split file (restricted to `splits`), each file checked."""
+    """Every image of a Karpathy split file (restricted to `splits`), each file checked.
+
+    `splits` names Karpathy's splits; "train" includes "restval", as training reads the file
+    (edgecap.data.karpathy), so the features cover every image a run will ask for.
+    """
+    from edgecap.data.karpathy import FOLD, image_id_of
+
     split_file, images = Path(split_file), Path(images)
     if not split_file.is_file():
         raise EdgecapError(f"split file {split_file} does not exist")
+    unknown = sorted(set(splits or ()) - set(FOLD))
+    if unknown:
+        raise EdgecapError(f"--splits {','.join(unknown)}: not a Karpathy split; expected {', '.join(FOLD)}")
     try:
         entries = json.loads(split_file.read_text(encoding="utf-8"))["images"]
     except (ValueError, KeyError, TypeError) as exc:
@@ -61,11 +70,12 @@ def read_split_images(split_file: str | Path, images: str | Path, splits: set[st
         raise EdgecapError(f"image folder {images} does not exist")
     items, seen, missing = [], set(), []
     for n, entry in enumerate(entries):
-        if splits and entry.get("split") not in splits:
+        if not isinstance(entry, dict) or "filename" not in entry:
+            raise EdgecapError(f"split file {split_file}: images[{n}] lacks 'filename'")
+        split = entry.get("split")
+        if splits and split not in splits and FOLD.get(split) not in splits:
             continue
-        if "cocoid" not in entry or "filename" not in entry:
-            raise EdgecapError(f"split file {split_file}: images[{n}] lacks 'cocoid' or 'filename'")
-        image_id = str(entry["cocoid"])
+        image_id = image_id_of(entry, n)
         if image_id in seen:
             continue
         seen.add(image_id)

@@ -23,7 +23,7 @@ from edgecap.contract.vocab import tokenize
 from edgecap.errors import EdgecapError
 
 SPLITS = ("train", "val", "test")
-_FOLD = {"train": "train", "restval": "train", "val": "val", "test": "test"}
+FOLD = {"train": "train", "restval": "train", "val": "val", "test": "test"}  # raw split -> ours
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,12 @@ def _caption_tokens(sentence, where: str) -> tuple[str, ...]:
     raise EdgecapError(f"{where}: has neither 'tokens' nor 'raw'")
 
 
+def image_id_of(entry: dict, index: int) -> str:
+    """The id an image goes by (HDF5 key prefix, results image_id): cocoid, else imgid (Flickr
+    files), else its position in the file."""
+    return str(entry.get("cocoid", entry.get("imgid", index)))
+
+
 def load_karpathy(
     path: str | os.PathLike, image_root: str | os.PathLike | None = None, splits=SPLITS
 ) -> KarpathySplits:
@@ -93,9 +99,9 @@ def load_karpathy(
         for key in ("filename", "split", "sentences"):
             if key not in entry:
                 raise EdgecapError(f"{where}: missing field {key!r}")
-        image_id = str(entry.get("cocoid", entry.get("imgid", i)))
+        image_id = image_id_of(entry, i)
         where = f"{path}: image {image_id}"
-        split = _FOLD.get(entry["split"])
+        split = FOLD.get(entry["split"])
         if split is None:
             raise EdgecapError(f"{where}: split {entry['split']!r}, expected train, val, test or restval")
         if image_id in seen:

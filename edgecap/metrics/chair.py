@@ -158,13 +158,16 @@ def summarize(results: list[ChairResult]) -> dict:
     }
 
 
-def load_coco_instances(path) -> dict[str, set[str]]:
-    """{str(image id): object classes} from a COCO instances JSON (segmentation ground truth)."""
+def load_coco_instances(path) -> tuple[dict[str, set[str]], object]:
+    """({str(image id): object classes}, resolve) from a COCO instances JSON (segmentation
+    ground truth); `resolve` maps a caption's image_id (the id, zero-padded or not, the file
+    name or its stem) to its key, as for `eval coco`."""
     import json
     from pathlib import Path
 
     from edgecap.data.classes import canonical_class
     from edgecap.errors import EdgecapError
+    from edgecap.metrics.coco import file_aliases, id_resolver
 
     path = Path(path)
     try:
@@ -182,11 +185,14 @@ def load_coco_instances(path) -> dict[str, set[str]]:
             names[cat["id"]] = canonical_class(cat["name"])
         except (TypeError, KeyError):
             raise EdgecapError(f"{path}: category {cat!r} needs 'id' and 'name'") from None
-    out: dict[str, set[str]] = {str(img["id"]): set() for img in data.get("images", [])
-                                if isinstance(img, dict) and "id" in img}
+    images = [img for img in data.get("images", []) if isinstance(img, dict) and "id" in img]
+    out: dict[str, set[str]] = {str(img["id"]): set() for img in images}
+    aliases: dict[str, str] = {}
+    for img in images:
+        file_aliases(img.get("file_name"), str(img["id"]), aliases)
     for i, ann in enumerate(data["annotations"]):
         try:
             out.setdefault(str(ann["image_id"]), set()).add(names[ann["category_id"]])
         except (TypeError, KeyError):
             raise EdgecapError(f"{path}: annotations[{i}] needs 'image_id' and a known 'category_id'") from None
-    return out
+    return out, id_resolver(out, aliases)

@@ -1,6 +1,7 @@
 """COCO caption metrics through pycocoevalcap: BLEU-1..4, METEOR, ROUGE-L, CIDEr-D, SPICE.
 
-References come from a Karpathy-split `dataset_coco.json`; candidates and references both go
+References come from a Karpathy-split `dataset_coco.json` or a COCO captions file
+(`captions_val2014.json`, what the official coco-caption evaluator reads); candidates and references both go
 through pycocoevalcap's PTB tokenizer (Java), as on the COCO evaluation server. CIDEr-D here
 is pycocoevalcap's `Cider` (document frequencies from the evaluated split's references), the
 number papers report. SPICE is run only when asked; it needs Stanford CoreNLP 3.6.0 jars that
@@ -15,17 +16,29 @@ import json
 import shutil
 from pathlib import Path
 
+from edgecap.data.karpathy import FOLD
 from edgecap.errors import EdgecapError, require
 from edgecap.io import stderr_lines
 
 BLEU = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4")
 
 
-def load_references(path: str | Path, split: str | None = "test"):
-    """({key: [raw reference sentences]}, resolve) from a Karpathy dataset_coco.json.
+class References(dict):
+    """{key: [raw reference sentences]} and `scope`, the part of the file they are, for messages."""
 
-    key is str(cocoid) (or str(imgid) when there is no cocoid); `resolve(image_id)` maps a
-    prediction's image id (that number, the file name, or its stem) to the key.
+    def __init__(self, refs: dict[str, list[str]], scope: str):
+        super().__init__(refs)
+        self.scope = scope
+
+
+def load_references(path: str | Path, split: str | None = None) -> tuple[References, object]:
+    """({key: [raw reference sentences]}, resolve) from a Karpathy dataset_coco.json or a COCO
+    captions file (captions_val2014.json, the official evaluator's annotation file).
+
+    key is str(cocoid) (or str(imgid) when there is no cocoid) / str(image_id); `resolve(image_id)`
+    maps a prediction's image id (that number, the file name, or its stem) to the key. `split`
+    picks a Karpathy split (default "test"); a COCO captions file has none, so every image it
+    annotates is a reference and naming a split is an error.
     """
     path = Path(path)
     try:
@@ -36,9 +49,47 @@ def load_references(path: str | Path, split: str | None = "test"):
         raise EdgecapError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise EdgecapError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    if isinstance(data, dict) and isinstance(data.get("annotations"), list):
+        if split is not None:
+            raise EdgecapError(f"{path}: a COCO captions file has no splits (split {split!r} asked); "
+                               "every image it annotates is a reference: drop --split")
+        refs, aliases = _coco_captions(path, data)
+        refs = References(refs, str(path))
+    else:
+        split = split or "test"
+        refs, aliases = _karpathy_references(path, data, split)
+        refs = References(refs, f"split {split!r} of {path}")
+
+    return refs, id_resolver(refs, aliases)
+
+
+def id_resolver(keys, aliases: dict[str, str]):
+    """image_id -> key: the key itself, a zero-padded number ("000000391895", a COCO 2017
+    file stem), or a file name / stem in `aliases`; anything else is returned as it is."""
+
+    def resolve(image_id) -> str:
+        text = str(image_id).strip()
+        if text in keys:
+            return text
+        if text.isdigit() and str(int(text)) in keys:
+            return str(int(text))
+        return aliases.get(text, aliases.get(Path(text).name, text))
+
+    return resolve
+
+
+def file_aliases(name, key: str, aliases: dict[str, str]) -> None:
+    """Record an image's file name and its stem as aliases of its key."""
+    for alias in (name, Path(str(name or "")).stem):
+        if alias:
+            aliases.setdefault(str(alias), key)
+
+
+def _karpathy_references(path: Path, data, split: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     images = data.get("images") if isinstance(data, dict) else None
     if not isinstance(images, list):
-        raise EdgecapError(f"{path}: expected a Karpathy dataset JSON with an 'images' list")
+        raise EdgecapError(f"{path}: expected a Karpathy dataset JSON with an 'images' list "
+                           "or a COCO captions JSON with 'annotations'")
     refs: dict[str, list[str]] = {}
     aliases: dict[str, str] = {}
     splits = set()
@@ -46,7 +97,7 @@ def load_references(path: str | Path, split: str | None = "test"):
         if not isinstance(img, dict):
             raise EdgecapError(f"{path}: images[{i}] is not an object")
         splits.add(img.get("split"))
-        if split and img.get("split") != split:
+        if img.get("split") != split and FOLD.get(img.get("split")) != split:  # train takes restval
             continue
         ident = img.get("cocoid", img.get("imgid"))
         if ident is None:
@@ -65,22 +116,29 @@ def load_references(path: str | Path, split: str | None = "test"):
             texts.append(text)
         key = str(ident)
         refs[key] = texts
-        for alias in (img.get("filename"), Path(str(img.get("filename", ""))).stem):
-            if alias:
-                aliases.setdefault(str(alias), key)
+        file_aliases(img.get("filename"), key, aliases)
     if not refs:
         raise EdgecapError(
             f"{path}: no images in split {split!r}; splits present: "
             f"{', '.join(sorted(str(s) for s in splits))}"
         )
+    return refs, aliases
 
-    def resolve(image_id) -> str:
-        text = str(image_id)
-        if text in refs:
-            return text
-        return aliases.get(text, aliases.get(Path(text).name, text))
 
-    return refs, resolve
+def _coco_captions(path: Path, data: dict) -> tuple[dict[str, list[str]], dict[str, str]]:
+    refs: dict[str, list[str]] = {}
+    for i, ann in enumerate(data["annotations"]):
+        if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
+            raise EdgecapError(f"{path}: annotations[{i}] needs 'image_id' and a 'caption' string "
+                               "(a COCO captions file, like captions_val2014.json)")
+        refs.setdefault(str(ann["image_id"]), []).append(ann["caption"])
+    if not refs:
+        raise EdgecapError(f"{path}: a COCO captions file without annotations")
+    aliases: dict[str, str] = {}
+    for img in data.get("images") or []:
+        if isinstance(img, dict) and str(img.get("id")) in refs:
+            file_aliases(img.get("file_name"), str(img["id"]), aliases)
+    return refs, aliases
 
 
 def _check_java() -> None:

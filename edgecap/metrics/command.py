@@ -1,7 +1,7 @@
 """`edgecap eval`: object coverage on ACVR, COCO caption metrics, CHAIR.
 
     edgecap eval coverage --captions PRED.json [MORE.jsonl ...] --acvr DIR [--out DIR]
-    edgecap eval coco --captions PRED.json --refs dataset_coco.json --split test [--out DIR]
+    edgecap eval coco --captions PRED.json --refs dataset_coco.json|captions_val2014.json [--split test] [--out DIR]
     edgecap eval chair --captions PRED.json (--acvr DIR | --instances instances.json) [--out DIR]
 
 Heavy imports (spaCy, GloVe, pycocoevalcap, matplotlib) happen inside the handlers.
@@ -71,8 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     coco = sub.add_parser("coco", help="BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (and SPICE) via pycocoevalcap")
     coco.add_argument("--captions", required=True, metavar="FILE", help="COCO results JSON or runtime JSONL")
-    coco.add_argument("--refs", required=True, metavar="FILE", help="Karpathy dataset_coco.json")
-    coco.add_argument("--split", default="test", help="Karpathy split to evaluate (default test)")
+    coco.add_argument("--refs", required=True, metavar="FILE",
+                      help="Karpathy dataset_coco.json, or a COCO captions file (captions_val2014.json)")
+    coco.add_argument("--split", help="Karpathy split to evaluate (default test; a COCO captions file has none)")
     coco.add_argument("--out", metavar="DIR", help="write coco_metrics.json (overall and per image)")
     coco.add_argument("--no-meteor", action="store_true", help="skip METEOR (its JVM takes seconds to start)")
     coco.add_argument("--spice", action="store_true", help="also try SPICE (needs Stanford CoreNLP jars)")
@@ -87,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _area_argument(ch)
     ch.add_argument("--refs", metavar="FILE",
                     help="COCO: also count objects named in these Karpathy reference captions (Rohrbach et al.)")
-    ch.add_argument("--split", default="test")
+    ch.add_argument("--split", help="Karpathy split of --refs (default test)")
     ch.add_argument("--out", metavar="DIR", help="write chair.json (summary and per caption)")
 
 
@@ -215,8 +216,8 @@ def run_coco(args) -> int:
     preds = {k: v for k, v in cap.captions.items() if k in refs}
     if not preds:
         raise EdgecapError(
-            f"{args.captions}: none of its {len(cap.captions)} image ids is in split {args.split!r} of "
-            f"{args.refs} (first id {next(iter(cap.captions))!r}; expected a cocoid like "
+            f"{args.captions}: none of its {len(cap.captions)} image ids is in {refs.scope} "
+            f"(first id {next(iter(cap.captions))!r}; expected a COCO image id like "
             f"{next(iter(refs))!r} or an image file name)"
         )
     missing = len(refs) - len(preds)
@@ -229,8 +230,9 @@ def run_coco(args) -> int:
     for name, reason in result["unavailable"].items():
         print(f"{name:<10} {'n/a':>8}  ({reason})")
     print(f"{result['n_images']} images scored; {result['counts']['unknown_image_ids']} prediction ids "
-          f"not in split {args.split!r}; {missing} split images without a prediction; "
-          f"{cap.counts['empty_captions']} empty captions")
+          f"not in {refs.scope}; {missing} reference images without a prediction; "
+          f"{cap.counts['empty_captions']} empty captions; {cap.counts['duplicates']} repeated image ids "
+          "(first caption kept; the official evaluator refuses such a file)")
     path = _report_path(args, "coco")
     if path:
         from edgecap.io import write_json_atomic
@@ -257,8 +259,8 @@ def run_chair(args) -> int:
         gt = {i: {c for c, a in v.items() if a >= args.min_area} for i, v in areas.items()}
         chair, normalize = Chair(classes=tuple(ACVR_CLASSES)), normalize_image_id
     else:
-        gt = load_coco_instances(args.instances)
-        chair, normalize = Chair(classes=COCO_CLASSES), None
+        gt, normalize = load_coco_instances(args.instances)
+        chair = Chair(classes=COCO_CLASSES)
         if args.refs:
             from edgecap.metrics.coco import load_references
 

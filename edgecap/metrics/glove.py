@@ -1,15 +1,22 @@
 """GloVe word vectors: the packaged 6B 50-d table by default, or any GloVe text file.
 
 Vectors are returned L2-normalised, so a dot product is a cosine. A text file is parsed once
-and cached as `<name>.<size>.<mtime>.npy` + `.vocab.txt` in a cache directory; later loads
+and cached as `<name>.<size>.<mtime>.<reader version>.npy` + `.vocab.txt` in a cache directory; later loads
 memory-map the .npy.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
+import sys
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -77,29 +84,127 @@ def _load_packaged() -> GloVe:
     return GloVe(words, vectors, f"{PACKAGED} (6B, {vectors.shape[1]}-d)")
 
 
+# first bytes of the archives GloVe and word2vec files are shipped in (glove.840B.300d.zip,
+# glove.6B.50d.txt.gz, ...)
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "lzma"), (b"PK\x03\x04", "zip"))
+# What tells a vector longer than the file's (a 100-d line in a 50-d file: 50 extra numbers)
+# from a multi-word entry, whose extra fields are a few words ("at name@domain.com", "1 1/2"):
+# more than _WORD_PARTS extra fields that are all plain numbers. A short numeric run is read as
+# part of the word, so no glove.840B entry can stop the load.
+_WORD_PARTS = 4
+_NUMBER = re.compile(rb"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def _compression(path: Path) -> str | None:
+    with open(path, "rb") as fh:
+        head = fh.read(6)
+    return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+
+
+@contextmanager
+def _open_bytes(path: Path) -> Iterator[IO[bytes]]:
+    """The file's bytes, decompressed when it is a gzip / bz2 / xz file or a one-file zip."""
+    kind = _compression(path)
+    if kind is None:
+        with open(path, "rb") as fh:
+            yield fh
+    elif kind == "zip":
+        with zipfile.ZipFile(path) as zf:
+            members = [m for m in zf.namelist() if not m.endswith("/")]
+            if len(members) != 1:
+                raise EdgecapError(f"{path}: a zip of {len(members)} files ({', '.join(members[:6])}); "
+                                   "unzip it and pass one GloVe text file")
+            with zf.open(members[0]) as fh:
+                yield fh
+    else:
+        with importlib.import_module(kind).open(path, "rb") as fh:
+            yield fh
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _progress(path: Path):
+    """A bytes progress bar on a terminal: glove.840B.300d.txt (5.6 GB) parses for minutes."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm is optional on a robot install
+        return _NoBar()
+    plain = _compression(path) is None  # else the decompressed size is unknown up front
+    return tqdm(total=path.stat().st_size if plain else None, unit="B", unit_scale=True, leave=False,
+                desc=f"reading {path.name}", disable=None, miniters=1 << 20)
+
+
+def _word2vec_header(parts: list[bytes]) -> int | None:
+    """The dimension a word2vec text header line ("400000 50") states, else None."""
+    if len(parts) == 2 and all(p.isdigit() for p in parts):
+        return int(parts[1])
+    return None
+
+
 def _parse_text(path: Path) -> tuple[list[str], np.ndarray]:
+    """GloVe text as the GloVe tools write it: `word v1 ... vd`, one word a line.
+
+    Also read: a word2vec header line ("count dim"), CRLF line ends, words holding spaces (the
+    vector is the LAST d fields, as in glove.840B's "at name@domain.com"), a gzip/bz2/xz file
+    or a one-file zip. A word that is not UTF-8 can never match a spaCy token and is skipped; a
+    repeated word keeps its first (most frequent) vector, as gensim does. Both are counted on
+    stderr.
+    """
     words: list[str] = []
     rows: list[np.ndarray] = []
+    seen: set[str] = set()
     dim = None
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
-            parts = line.rstrip("\n").rstrip(" ").split(" ")
+    skipped = {"not UTF-8": 0, "repeated": 0}
+    with _open_bytes(path) as fh, _progress(path) as bar:
+        # bytes split only on b"\n", so a stray \r or U+2028 inside a word stays in it
+        for lineno, raw in enumerate(fh, 1):
+            bar.update(len(raw))
+            parts = raw.rstrip(b"\r\n").rstrip(b" ").split(b" ")
+            if lineno == 1 and _word2vec_header(parts):
+                dim = _word2vec_header(parts)
+                continue
             if len(parts) < 2:
                 continue
             if dim is None:
                 dim = len(parts) - 1
-            if len(parts) - 1 != dim:
+            shown = parts[0][:40].decode("utf-8", "replace")
+            extra = parts[1:-dim] if len(parts) - 1 > dim else []
+            longer = len(extra) > _WORD_PARTS and all(_NUMBER.fullmatch(p) for p in extra)
+            if len(parts) - 1 < dim or longer:
                 raise EdgecapError(
-                    f"{path}:{lineno}: {len(parts) - 1} numbers after {parts[0]!r}, expected {dim}; "
+                    f"{path}:{lineno}: {len(parts) - 1} numbers after {shown!r}, expected {dim}; "
                     "not a GloVe text file (word followed by space-separated floats)"
                 )
             try:
-                rows.append(np.asarray(parts[1:], dtype=np.float32))
+                vector = np.asarray(parts[-dim:], dtype=np.float32)
             except ValueError:
-                raise EdgecapError(f"{path}:{lineno}: non-numeric vector for {parts[0]!r}") from None
-            words.append(parts[0])
+                raise EdgecapError(f"{path}:{lineno}: non-numeric vector for {shown!r}; expected a GloVe "
+                                   "text file (word followed by space-separated floats)") from None
+            try:
+                word = b" ".join(parts[:-dim]).decode("utf-8")
+            except UnicodeDecodeError:
+                skipped["not UTF-8"] += 1
+                continue
+            if word in seen:
+                skipped["repeated"] += 1
+                continue
+            seen.add(word)
+            words.append(word)
+            rows.append(vector)
     if not words:
         raise EdgecapError(f"{path}: no vectors found; expected GloVe text lines 'word v1 v2 ...'")
+    if any(skipped.values()):
+        counts = ", ".join(f"{n} {why}" for why, n in skipped.items() if n)
+        print(f"{path}: {len(words)} words read, lines skipped: {counts}", file=sys.stderr)
     return words, np.stack(rows)
 
 
@@ -110,10 +215,12 @@ def _load_text(path: Path, cache_dir: Path | None) -> GloVe:
         raise EdgecapError(f"{path}: GloVe file not found")
     st = path.stat()
     cache_dir = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
-    stem = f"{path.name}.{st.st_size}.{int(st.st_mtime)}"
+    # ".2": the reader's version, so a file read before duplicates and multi-word entries were
+    # handled is read again
+    stem = f"{path.name}.{st.st_size}.{int(st.st_mtime)}.2"
     npy, vocab = cache_dir / f"{stem}.npy", cache_dir / f"{stem}.vocab.txt"
     if npy.is_file() and vocab.is_file():
-        words = vocab.read_text(encoding="utf-8").split("\n")
+        words = vocab.read_bytes().decode("utf-8").split("\n")  # no newline translation: a word may hold \r
         return GloVe(words, np.load(npy, mmap_mode="r"), str(path))
     words, vectors = _parse_text(path)
     try:

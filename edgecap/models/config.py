@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edgecap.errors import EdgecapError, did_you_mean
+from edgecap.typed import typed
 
 
 @dataclass
@@ -118,6 +119,11 @@ class CaptionerConfig:
     visual: VisualConfig = field(default_factory=VisualConfig)
 
     def __post_init__(self):
+        for name in ("d_model", "n_heads", "d_ff", "d_in", "n_regions"):
+            if getattr(self, name) < 1:
+                raise EdgecapError(f"config {self.name!r}: {name}={getattr(self, name)}, expected >= 1")
+        if not 0 <= self.dropout < 1:
+            raise EdgecapError(f"config {self.name!r}: dropout={self.dropout}, expected a probability in [0, 1)")
         if self.decoder == "transformer" and self.d_model % self.n_heads:
             raise EdgecapError(
                 f"config {self.name!r}: d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
@@ -173,8 +179,8 @@ def _from_dict(cls, data: dict[str, Any], where: str):
         sub = default() if default is not None else None
         if dataclasses.is_dataclass(sub):
             kwargs[key] = _from_dict(type(sub), value, f"{where}.{key}")
-        elif isinstance(value, list):
-            kwargs[key] = tuple(value)
         else:
-            kwargs[key] = value
+            # `"160"` for d_model or `"16"` for memory.slots would only fail deep inside torch
+            own = fields[key].default if default is None else default()
+            kwargs[key] = typed(value, own, f"{where}.{key}", any_length="..." in str(fields[key].type))
     return cls(**kwargs)

@@ -4,13 +4,29 @@ from __future__ import annotations
 
 from edgecap.models.captioner import Captioner
 from edgecap.models.config import CaptionerConfig
-from edgecap.models.registry import DECODERS, load_preset
+from edgecap.models.registry import (
+    CROSS_ATTENTION,
+    DECODER_SELF_ATTENTION,
+    DECODERS,
+    ENCODER_ATTENTION,
+    VISUAL,
+    load_preset,
+)
 
 
 def preset_config(name: str, **overrides) -> CaptionerConfig:
     """The preset's config with overrides (nested ones as dicts or "memory.slots"=...)."""
     cfg = CaptionerConfig.from_dict(load_preset(name), where=f"preset {name!r}")
     return cfg.replace(**overrides) if overrides else cfg
+
+
+def check_parts(cfg: CaptionerConfig) -> None:
+    """Every part the config names is registered (a one-line "did you mean" otherwise), so a
+    typo such as visual.kind = "cnnn" fails before a training run prepares its data."""
+    for registry, name in ((DECODERS, cfg.decoder), (ENCODER_ATTENTION, cfg.encoder_attention),
+                           (DECODER_SELF_ATTENTION, cfg.decoder_self_attention),
+                           (CROSS_ATTENTION, cfg.cross_attention), (VISUAL, cfg.visual.kind)):
+        registry.get(name)
 
 
 def build_from_config(cfg: CaptionerConfig) -> Captioner:

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,11 +84,21 @@ def resolve_weights(path: str | os.PathLike, sha256: str = "", what: str = "weig
 _WRAPPERS = ("state_dict", "model", "module")  # {'state_dict': {...}} as training scripts save them
 
 
+def is_torchscript(path: Path) -> bool:
+    """A torch.jit.save archive: it holds constants.pkl (a torch.save zip does not)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as zf:
+        return any(name.endswith("/constants.pkl") for name in zf.namelist())
+
+
 def read_state_dict(path: Path, what: str = "weights") -> dict:
     """The tensors of a `torch.save`d state dict or a safetensors file, unwrapped.
 
     Accepts the layouts training code writes: a bare state dict, one nested under
-    'state_dict' / 'model' / 'module', and DataParallel's 'module.' key prefix.
+    'state_dict' / 'model' / 'module', DataParallel's 'module.' and torch.compile's '_orig_mod.'
+    key prefixes, torch.save's legacy (pre-1.6, non-zip) format of older hub files, and
+    OpenAI's TorchScript CLIP archives.
     """
     import torch
 
@@ -95,18 +108,44 @@ def read_state_dict(path: Path, what: str = "weights") -> dict:
 
             state = load_file(str(path), device="cpu")
         else:
-            # mmap: a 1 GB ViT-L file is paged in as it is copied, not read twice
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            # mmap: a 1 GB ViT-L file is paged in as it is copied, not read twice. Only the zip
+            # layout (torch >= 1.6) maps; older hub files (torch.save's legacy format, as
+            # resnet18-5c106cde.pth) are read whole.
+            zipped = zipfile.is_zipfile(path)
+            if zipped and is_torchscript(path):
+                # OpenAI's CLIP releases (RN50.pt, ViT-B-32.pt, what `clip.load` caches and
+                # open_clip reads for its "openai" tags) are TorchScript archives: their state
+                # dict is read as open_clip's load_openai_model does, through torch.jit.load,
+                # whose loader rebuilds TorchScript modules only (no arbitrary pickled objects)
+                with warnings.catch_warnings():  # "torch.jit.load is deprecated": not the user's concern
+                    warnings.simplefilter("ignore", FutureWarning)
+                    state = dict(torch.jit.load(str(path), map_location="cpu").state_dict())
+            else:
+                state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
     except Exception as exc:  # torch / safetensors raise many types for a bad file
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # torch colours its messages
+        pickled = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if pickled:
+            raise EdgecapError(
+                f"{what} {path} hold pickled Python objects ({pickled.group(1)}), not only tensors (a "
+                f"whole model saved with torch.save(model)?); they are never unpickled here: save "
+                f"model.state_dict() instead"
+            ) from exc
+        reason = (text.splitlines() or [type(exc).__name__])[0]
+        if reason.startswith("Weights only load failed"):  # its advice is to unpickle anyway
+            reason = "not a torch.save or safetensors file"
         raise EdgecapError(f"{what} {path} are not a readable state dict: {reason[:160]}") from exc
     for key in _WRAPPERS:
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
     if not isinstance(state, dict) or not state or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise EdgecapError(f"{what} {path} hold no state dict (a mapping of tensor names to tensors)")
-    if all(k.startswith("module.") for k in state):
-        state = {k[len("module."):]: v for k, v in state.items()}
+    # DataParallel / DDP's "module." and torch.compile's "_orig_mod." (open_clip's training
+    # script can add both), in either order
+    for _ in range(2):
+        for prefix in ("module.", "_orig_mod."):
+            if all(k.startswith(prefix) for k in state):
+                state = {k[len(prefix):]: v for k, v in state.items()}
     return state
 
 

@@ -17,6 +17,7 @@ loader does (tvmonitor -> television).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
@@ -25,8 +26,9 @@ from .sources import KnownObject
 
 
 def _number(value, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise EdgecapError(f"{where}: expected a number, got {value!r}")
+    # json.loads reads NaN and Infinity, which a detector's writer emits for a degenerate box
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise EdgecapError(f"{where}: expected a finite number, got {value!r}")
     return float(value)
 
 
@@ -61,7 +63,7 @@ class Detections:
         self.path = Path(path)
         self.area = check_area(area)
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            lines = self.path.read_text(encoding="utf-8-sig").splitlines()  # PowerShell writes a BOM
         except OSError as exc:
             raise EdgecapError(f"--detections {self.path}: cannot read ({exc.strerror})") from None
         except UnicodeDecodeError as exc:

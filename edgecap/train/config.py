@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap.errors import EdgecapError, did_you_mean
+from edgecap.typed import typed
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -216,31 +217,6 @@ def _merged(base: dict, over: dict) -> dict:
 SECTIONS = ("model", "data", "optim", "schedule", "scst", "prototypes", "retrieval", "run")
 
 
-def _typed(value, default, where: str):
-    """Check `value` against the type of the field's default; lists become tuples."""
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise EdgecapError(f"{where} = {value!r}: expected true or false")
-        return value
-    if isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise EdgecapError(f"{where} = {value!r}: expected an integer")
-        return value
-    if isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise EdgecapError(f"{where} = {value!r}: expected a number")
-        return float(value)
-    if isinstance(default, str):
-        if not isinstance(value, str):
-            raise EdgecapError(f"{where} = {value!r}: expected a string")
-        return value
-    if isinstance(default, tuple):
-        if not isinstance(value, list) or len(value) != len(default):
-            raise EdgecapError(f"{where} = {value!r}: expected a list of {len(default)} numbers")
-        return tuple(_typed(v, d, where) for v, d in zip(value, default, strict=True))
-    return value
-
-
 def _section(cls, table, where: str):
     if not isinstance(table, dict):
         raise EdgecapError(f"{where}: expected a table, got {type(table).__name__}")
@@ -255,7 +231,7 @@ def _section(cls, table, where: str):
         if cls is DataSection and key == "synth":
             kwargs[key] = _section(SynthSection, value, f"{where}.synth")
             continue
-        kwargs[key] = _typed(value, getattr(defaults, key), f"{where}.{key}")
+        kwargs[key] = typed(value, getattr(defaults, key), f"{where}.{key}")
     return cls(**kwargs)
 
 
@@ -349,7 +325,10 @@ def _validate(cfg: TrainConfig, where: str) -> None:
     _positive(cfg.run.log_every, f"{where}: [run].log_every")
     # The model section: build the config once so a bad preset / field fails now, not later.
     try:
+        from edgecap.models.factory import check_parts
+
         model_cfg = cfg.model_config(vocab_size=100)
+        check_parts(model_cfg)
     except EdgecapError as exc:
         raise EdgecapError(f"{where}: [model]: {exc}") from None
     _validate_retrieval(cfg, model_cfg, where)
@@ -398,7 +377,7 @@ def load_config(path: str | os.PathLike, overrides: tuple[str, ...] | list[str] 
     if not path.is_file():
         raise EdgecapError(f"config {path} does not exist")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # Windows Notepad's BOM, which tomllib refuses
         data = tomllib.loads(text)
     except UnicodeDecodeError as exc:
         raise EdgecapError(f"config {path}: not a text file ({exc.reason} at byte {exc.start})") from None

@@ -26,7 +26,7 @@ from torch import nn
 
 from edgecap.errors import EdgecapError, did_you_mean, require
 from edgecap.models.frontends.base import FrontEnd, materialise, require_multiple, weights_to_load
-from edgecap.models.pretrained import Preprocessing, check_fits, read_state_dict
+from edgecap.models.pretrained import Preprocessing, check_fits, is_torchscript, read_state_dict
 from edgecap.models.registry import VISUAL
 
 # open_clip's interpolation names -> the OpenCV filter names `contract.preprocess` accepts.
@@ -111,7 +111,18 @@ def _visual_part(state: dict) -> dict:
     return state
 
 
+def _check_openai_activation(tower: nn.Module, path: Path, backbone: str) -> None:
+    """OpenAI trained its CLIP ViTs with QuickGELU; in a GELU tower their features would be
+    quietly off (open_clip only warns). A TorchScript archive is OpenAI's own release."""
+    if is_torchscript(path) and any(isinstance(m, nn.GELU) for m in tower.modules()):
+        name = f"{model_name(backbone)}-quickgelu"
+        hint = f"use --backbone {name}" if name in open_clip_names() else "use a -quickgelu model config"
+        raise EdgecapError(f"open_clip weights {path} are OpenAI's CLIP release, trained with QuickGELU, "
+                           f"but backbone {backbone!r} uses GELU: {hint}")
+
+
 def load_tower(tower: nn.Module, path: Path, backbone: str) -> None:
+    _check_openai_activation(tower, path, backbone)
     state = _visual_part(read_state_dict(path, "open_clip weights"))
     own = tower.state_dict()
     pos = state.get("positional_embedding")
