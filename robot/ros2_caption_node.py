@@ -114,8 +114,11 @@ def main(argv=None) -> None:
             self.period = 1.0 / max(1e-3, float(self.declare_parameter("max_rate", 5.0).value))
             image_topic = self.declare_parameter("image_topic", "/camera/image_raw").value
             compressed = bool(self.declare_parameter("compressed", False).value)
+            threads = int(self.declare_parameter("threads", 0).value)
+            spin = bool(self.declare_parameter("spin", True).value)
             msgtype = COMPRESSED if compressed else IMAGE
-            self.relay = CaptionRelay(Captioner.from_bundle(bundle, beam=beam), msgtype,
+            captioner = Captioner.from_bundle(bundle, beam=beam, threads=threads, spin=spin)
+            self.relay = CaptionRelay(captioner, msgtype,
                                       f"ros2:{image_topic}")
             try:
                 ros_class(ANNOTATIONS)

@@ -276,6 +276,31 @@ def test_sleeping_threads_caption_the_same_as_spinning_ones(tiny):
     assert [c.tokens for c in sleeping.caption(frames)] == [c.tokens for c in spinning.caption(frames)]
 
 
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_run_no_spin_reaches_every_session(tiny, synth, tmp_path, run_cli, monkeypatch, how):
+    """docs/runtime.md tells robots that share their cores to try sleeping threads: `edgecap
+    run --no-spin` (or `spin = false` in the runtime config) must reach onnxruntime."""
+    made = []
+    original = Captioner.from_bundle.__func__
+
+    def spy(cls, *args, **kwargs):
+        made.append(original(cls, *args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(Captioner, "from_bundle", classmethod(spy))
+    argv = ["run", tiny[1], "--source", synth / "images" / "train2014", "--frames", "2", "--quiet"]
+    if how == "flag":
+        argv.append("--no-spin")
+    else:
+        (tmp_path / "run.toml").write_text("spin = false\n")
+        argv += ["--config", tmp_path / "run.toml"]
+    code, _, stderr = run_cli(*argv)
+    assert code == 0, stderr
+    spinning = {g.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+                for g in made[0].bundle._graphs.values()}
+    assert spinning == {"0"}
+
+
 _IDLE_PROCESS = """
 import json, sys, time
 import numpy as np

@@ -35,7 +35,10 @@ def test_flags_override_the_config_and_paths_are_relative_to_it(tmp_path):
     assert s.jsonl == str((cfg.parent / "out" / "c.jsonl").resolve())
     assert s.providers == ["CUDAExecutionProvider", "CPUExecutionProvider"]
     s = settings_from_args(_args("given-bundle", "--config", str(cfg)))
-    assert s.bundle == "given-bundle" and s.coverage is False
+    assert s.bundle == "given-bundle" and s.coverage is False and s.spin is True
+    cfg.write_text('bundle = "b"\nsource = "0"\nspin = false\n')
+    assert settings_from_args(_args("--config", str(cfg))).spin is False
+    assert settings_from_args(_args("--config", str(cfg), "--spin")).spin is True
 
 
 @pytest.mark.parametrize("text, message", [

@@ -41,6 +41,7 @@ class RunSettings:
     source_fps: float | None = None
     providers: list[str] | None = None
     threads: int = 0
+    spin: bool = True
     quiet: bool = False
     topic: str | None = None
     replay: str | None = None
@@ -117,6 +118,10 @@ def add_arguments(parser) -> None:
                              "(default: the best installed, e.g. TensorRT, CUDA, CPU)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="onnxruntime intra-op threads (default 0: onnxruntime decides)")
+    parser.add_argument("--spin", action=argparse.BooleanOptionalAction, default=None,
+                        help="let idle onnxruntime threads busy-wait between the ops of a run "
+                             "(default on; --no-spin lets them sleep, for robots whose other "
+                             "processes need the cores mid-caption)")
     parser.add_argument("--quiet", action="store_true", default=None,
                         help="no line per caption, summary only")
 
@@ -149,7 +154,7 @@ def read_config(path: str) -> dict:
         if name == "providers" and isinstance(value, str):
             value = [p.strip() for p in value.split(",") if p.strip()]
         expected = {"source": str, "pace": str, "coverage": bool, "show": bool, "quiet": bool, "append": bool,
-                    "beam": int, "batch": int, "frames": int, "providers": list, "threads": int,
+                    "beam": int, "batch": int, "frames": int, "providers": list, "threads": int, "spin": bool,
                     "max_fps": (int, float), "latency_budget": (int, float),
                     "source_fps": (int, float), "topic": str, "replay": str, "area": str}.get(name, str)
         if isinstance(value, bool) and expected is not bool or not isinstance(value, expected):
@@ -167,7 +172,7 @@ def settings_from_args(args) -> RunSettings:
     merged = read_config(args.config) if args.config else {}
     for name in ("bundle", "source", "beam", "max_fps", "batch", "frames", "jsonl", "append", "detections",
                  "show", "save_video", "latency_budget", "coverage", "pace", "source_fps", "threads",
-                 "quiet", "topic", "replay", "out_mcap", "rerun", "area"):
+                 "spin", "quiet", "topic", "replay", "out_mcap", "rerun", "area"):
         value = getattr(args, name)
         if value is not None:
             merged[name] = value
@@ -384,7 +389,7 @@ def run(args) -> int:
     settings = settings_from_args(args)
     _check(settings)
     captioner = Captioner.from_bundle(settings.bundle, providers=settings.providers,
-                                      threads=settings.threads)
+                                      threads=settings.threads, spin=settings.spin)
     summary, error = execute(captioner, settings)
     if error:
         raise EdgecapError(error)
