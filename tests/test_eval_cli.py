@@ -249,6 +249,12 @@ def test_coco_captions_file_scores_like_the_official_evaluator(tmp_path, capsys)
     assert main(["eval", "coco", "--captions", str(tmp_path / "ours.json"), "--refs", str(refs),
                  "--split", "val"]) == 1
     assert "captions_val2014.json: a COCO captions file has no splits (split 'val' asked)" in capsys.readouterr().err
+    # COCO's test image list (image_info_test2014.json) holds no captions to score against
+    info = tmp_path / "image_info_test2014.json"
+    info.write_text(json.dumps({"info": {}, "images": COCO_CAPTIONS["images"], "categories": []}))
+    assert main(["eval", "coco", "--captions", str(tmp_path / "ours.json"), "--refs", str(info)]) == 1
+    assert ("image_info_test2014.json: its images have no 'split' and it has no 'annotations': neither a "
+            "Karpathy dataset JSON nor a COCO captions file") in capsys.readouterr().err
 
 
 def test_metrics_package_never_imports_torch():

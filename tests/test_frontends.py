@@ -117,6 +117,12 @@ def test_torchvision_weights_file_as_torchvision_writes_it(tmp_path):
     wrapped = tmp_path / "wrapped.pt"
     torch.save({"epoch": 3, "state_dict": {f"module.{k}": v for k, v in reference.state_dict().items()}}, wrapped)
     assert torch.allclose(build_frontend("mobilenet_v3_large", SIZE, str(wrapped))(x)[0], want, atol=1e-5)
+    # a safetensors file under a name that does not say so
+    from safetensors.torch import save_file
+
+    renamed = tmp_path / "model.bin"
+    save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, renamed)
+    assert torch.allclose(build_frontend("mobilenet_v3_large", SIZE, str(renamed))(x)[0], want, atol=1e-5)
     # older torch.hub files (resnet18-5c106cde.pth, ...) are in torch.save's legacy, non-zip format
     legacy = tmp_path / "mobilenet_v3_large-legacy.pth"
     torch.save(reference.state_dict(), legacy, _use_new_zipfile_serialization=False)

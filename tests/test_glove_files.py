@@ -95,3 +95,12 @@ def test_cached_table_keeps_words_holding_a_carriage_return(tmp_path):
     assert list((tmp_path / "cache").glob("cr.txt.*.npy"))
     assert again.words() == first.words() == ["bowl", "plate", "chair", "a\rb", "cup"]
     assert np.allclose(again.vector("cup"), (0, 1, 0))
+
+
+def test_binary_word2vec_file_is_named_as_such(tmp_path):
+    """GoogleNews-vectors-negative300.bin: a text header, then each word and its raw float32s."""
+    rows = [("bowl", BOWL), ("plate", PLATE)]
+    data = b"2 3\n" + b"".join(w.encode() + b" " + np.asarray(v, np.float32).tobytes() for w, v in rows)
+    with pytest.raises(EdgecapError, match=r"w2v.bin:2: .*; not a word2vec text file; a binary one \(.bin\) "
+                                           r"is not read: save it as text"):
+        load(tmp_path, "w2v.bin", data)

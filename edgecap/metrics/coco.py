@@ -117,6 +117,9 @@ def _karpathy_references(path: Path, data, split: str) -> tuple[dict[str, list[s
         key = str(ident)
         refs[key] = texts
         file_aliases(img.get("filename"), key, aliases)
+    if not refs and splits <= {None}:  # image_info_test2014.json: images, no captions, no splits
+        raise EdgecapError(f"{path}: its images have no 'split' and it has no 'annotations': neither a "
+                           "Karpathy dataset JSON nor a COCO captions file, so no reference captions")
     if not refs:
         raise EdgecapError(
             f"{path}: no images in split {split!r}; splits present: "

@@ -163,6 +163,7 @@ def _parse_text(path: Path) -> tuple[list[str], np.ndarray]:
     rows: list[np.ndarray] = []
     seen: set[str] = set()
     dim = None
+    expected = "not a GloVe text file (word followed by space-separated floats)"
     skipped = {"not UTF-8": 0, "repeated": 0}
     with _open_bytes(path) as fh, _progress(path) as bar:
         # bytes split only on b"\n", so a stray \r or U+2028 inside a word stays in it
@@ -171,6 +172,8 @@ def _parse_text(path: Path) -> tuple[list[str], np.ndarray]:
             parts = raw.rstrip(b"\r\n").rstrip(b" ").split(b" ")
             if lineno == 1 and _word2vec_header(parts):
                 dim = _word2vec_header(parts)
+                expected = ("not a word2vec text file; a binary one (.bin) is not read: save it as text, "
+                            "e.g. gensim's KeyedVectors.save_word2vec_format(path, binary=False)")
                 continue
             if len(parts) < 2:
                 continue
@@ -181,14 +184,12 @@ def _parse_text(path: Path) -> tuple[list[str], np.ndarray]:
             longer = len(extra) > _WORD_PARTS and all(_NUMBER.fullmatch(p) for p in extra)
             if len(parts) - 1 < dim or longer:
                 raise EdgecapError(
-                    f"{path}:{lineno}: {len(parts) - 1} numbers after {shown!r}, expected {dim}; "
-                    "not a GloVe text file (word followed by space-separated floats)"
+                    f"{path}:{lineno}: {len(parts) - 1} numbers after {shown!r}, expected {dim}; {expected}"
                 )
             try:
                 vector = np.asarray(parts[-dim:], dtype=np.float32)
             except ValueError:
-                raise EdgecapError(f"{path}:{lineno}: non-numeric vector for {shown!r}; expected a GloVe "
-                                   "text file (word followed by space-separated floats)") from None
+                raise EdgecapError(f"{path}:{lineno}: non-numeric vector for {shown!r}; {expected}") from None
             try:
                 word = b" ".join(parts[:-dim]).decode("utf-8")
             except UnicodeDecodeError:

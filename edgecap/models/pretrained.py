@@ -84,6 +84,15 @@ def resolve_weights(path: str | os.PathLike, sha256: str = "", what: str = "weig
 _WRAPPERS = ("state_dict", "model", "module")  # {'state_dict': {...}} as training scripts save them
 
 
+def _is_safetensors(path: Path) -> bool:
+    """A safetensors file under another name (a hub download saved as model.bin): an 8-byte
+    little-endian header length, then the JSON header."""
+    with open(path, "rb") as fh:
+        head = fh.read(9)
+    size = int.from_bytes(head[:8], "little") if len(head) == 9 else 0
+    return head[8:9] == b"{" and 0 < size < path.stat().st_size
+
+
 def is_torchscript(path: Path) -> bool:
     """A torch.jit.save archive: it holds constants.pkl (a torch.save zip does not)."""
     if not zipfile.is_zipfile(path):
@@ -103,7 +112,7 @@ def read_state_dict(path: Path, what: str = "weights") -> dict:
     import torch
 
     try:
-        if path.suffix == ".safetensors":
+        if path.suffix == ".safetensors" or _is_safetensors(path):
             from safetensors.torch import load_file
 
             state = load_file(str(path), device="cpu")
