@@ -170,7 +170,7 @@ def test_extract_bad_inputs(backbone, dataset, tmp_path, run_cli):
     victim = images / "train2014" / "COCO_train2014_000000000102.png"
     victim.unlink()
     code, _, stderr = run_cli(*extract_args(backbone, dataset, tmp_path / "f.h5"))
-    assert code == 1 and f"image {victim} does not exist" in stderr
+    assert code == 1 and f"image file {victim} does not exist" in stderr
     code, _, stderr = run_cli(*extract_args(backbone, dataset, tmp_path / "f.h5", "--splits", "test"))
     assert code == 1 and "lists no images in splits ['test']" in stderr
     code, stdout, _ = run_cli(*extract_args(backbone, dataset, tmp_path / "val.h5", "--splits", "val"))
@@ -234,3 +234,27 @@ def test_out_that_is_not_hdf5_is_refused_untouched(backbone, dataset, tmp_path, 
     code, _, stderr = run_cli(*extract_args(backbone, dataset, mine / "f.h5", "--splits", "val"))
     assert code == 1 and stderr.count("\n") == 1 and f"features file {mine / 'f.h5'}: cannot create {mine}" in stderr
     assert (folder / "keep").is_dir() and mine.read_text() == '{"images": []}'
+
+
+def test_extract_finds_coco_2017_images_under_their_new_names(backbone, dataset, tmp_path, run_cli):
+    """COCO's site offers the 2017 release: the same pictures re-split into train2017/ and
+    val2017/ and renamed to their zero-padded ids, while dataset_coco.json keeps the 2014
+    names. Extraction must find them (a 2014 val image may sit in train2017/)."""
+    import shutil
+
+    import cv2
+
+    images, split_file = dataset
+    for i in range(100, 107):
+        folder = "val2017" if i == 106 else "train2017"
+        old = next(images.glob(f"*/COCO_*_{i:012d}.png"))
+        (images / folder).mkdir(exist_ok=True)
+        cv2.imwrite(str(images / folder / f"{i:012d}.jpg"), cv2.imread(str(old)))
+    shutil.rmtree(images / "train2014"), shutil.rmtree(images / "val2014")
+    out = tmp_path / "feats.h5"
+    code, stdout, stderr = run_cli(*extract_args(backbone, dataset, out))
+    assert code == 0, stderr
+    assert "7 images written" in stdout
+    store = FeatureStore(out, n_regions=16)
+    assert sorted(store.ids()) == [str(i) for i in range(100, 107)]
+    store.close()

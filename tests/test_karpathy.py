@@ -52,6 +52,23 @@ def test_missing_image_is_named(tmp_path):
     assert len(load_karpathy(path).val) == 1
 
 
+def test_images_are_found_under_coco_2017_names(tmp_path):
+    """The split file's own path first, then the file name in a flat folder, then COCO 2017's
+    train2017/ or val2017/<12-digit id>.jpg; errors say every place looked in."""
+    root = tmp_path / "images"
+    for rel in ("val2014/img_1.jpg", "img_2.jpg", "train2017/000000000003.jpg", "val2017/000000000004.jpg"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"x")
+    path = write(tmp_path, [entry(i, "train") for i in (1, 2, 3, 4)])
+    found = load_karpathy(path, root).train
+    assert [im.path for im in found] == ["val2014/img_1.jpg", "img_2.jpg", "train2017/000000000003.jpg",
+                                         "val2017/000000000004.jpg"]
+    path = write(tmp_path, [entry(5, "train")])
+    with pytest.raises(EdgecapError, match=r"img_5\.jpg does not exist \(nor img_5\.jpg, "
+                                           r"train2017/000000000005\.jpg, val2017/000000000005\.jpg"):
+        load_karpathy(path, root)
+
+
 def test_empty_caption_list_is_named(tmp_path):
     path = write(tmp_path, [entry(1, "train"), entry(7, "train", captions=())])
     with pytest.raises(EdgecapError, match=r"image 7: empty caption list"):

@@ -54,7 +54,7 @@ def read_split_images(split_file: str | Path, images: str | Path, splits: set[st
     `splits` names Karpathy's splits; "train" includes "restval", as training reads the file
     (edgecap.data.karpathy), so the features cover every image a run will ask for.
     """
-    from edgecap.data.karpathy import FOLD, image_id_of
+    from edgecap.data.karpathy import FOLD, find_image, image_id_of, missing_image
 
     split_file, images = Path(split_file), Path(images)
     if not split_file.is_file():
@@ -79,15 +79,14 @@ def read_split_images(split_file: str | Path, images: str | Path, splits: set[st
         if image_id in seen:
             continue
         seen.add(image_id)
-        path = images / entry.get("filepath", "") / entry["filename"]
-        if not path.is_file() and (images / entry["filename"]).is_file():
-            path = images / entry["filename"]
-        if not path.is_file():
-            missing.append(path)
-        items.append(ImageItem(image_id, path))
+        rel = find_image(images, entry)
+        if rel is None:
+            missing.append(entry)
+            continue
+        items.append(ImageItem(image_id, images / rel))
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise EdgecapError(f"image {missing[0]} does not exist{more}")
+        raise EdgecapError(f"{missing_image(images, missing[0])}{more}")
     if not items:
         which = f" in splits {sorted(splits)}" if splits else ""
         raise EdgecapError(f"split file {split_file} lists no images{which}")

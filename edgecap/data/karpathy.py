@@ -29,7 +29,7 @@ FOLD = {"train": "train", "restval": "train", "val": "val", "test": "test"}  # r
 @dataclass(frozen=True)
 class KarpathyImage:
     image_id: str  # str(cocoid): the HDF5 key prefix and the objects.json key
-    path: str  # filepath/filename, relative to the image root
+    path: str  # relative to the image root: filepath/filename, or where `find_image` found it
     split: str  # train | val | test (restval folded into train)
     captions: tuple[tuple[str, ...], ...]  # tokenised references
 
@@ -67,6 +67,33 @@ def image_id_of(entry: dict, index: int) -> str:
     """The id an image goes by (HDF5 key prefix, results image_id): cocoid, else imgid (Flickr
     files), else its position in the file."""
     return str(entry.get("cocoid", entry.get("imgid", index)))
+
+
+def image_candidates(entry: dict) -> list[str]:
+    """Where a split file's image may be, relative to the image folder, in the order tried:
+    Karpathy's filepath/filename (COCO 2014: val2014/COCO_val2014_000000391895.jpg), the file
+    name alone (a flat folder), then COCO 2017's name for the same picture
+    (train2017/ or val2017/000000391895.jpg: the 2017 release re-split the 2014 images and
+    renamed them to their zero-padded ids, and it is what COCO's site offers today)."""
+    names = [str(Path(str(entry.get("filepath", ""))) / str(entry["filename"])), str(entry["filename"])]
+    cocoid = entry.get("cocoid")
+    if isinstance(cocoid, int) and not isinstance(cocoid, bool) and cocoid >= 0:
+        stem = f"{cocoid:012d}.jpg"
+        names += [f"train2017/{stem}", f"val2017/{stem}", stem]
+    return list(dict.fromkeys(names))
+
+
+def find_image(root: Path, entry: dict) -> str | None:
+    """The first of `image_candidates(entry)` that is a file under `root`, or None."""
+    return next((rel for rel in image_candidates(entry) if (root / rel).is_file()), None)
+
+
+def missing_image(root: Path, entry: dict) -> str:
+    """How a missing image is named in errors: the split file's own path, and the other
+    places looked in."""
+    first, *others = image_candidates(entry)
+    tried = f" (nor {', '.join(others)})" if others else ""
+    return f"image file {root / first} does not exist{tried}"
 
 
 def load_karpathy(
@@ -116,10 +143,12 @@ def load_karpathy(
             if not tokens:
                 raise EdgecapError(f"{where}: sentences[{j}] is an empty caption")
             captions.append(tokens)
-        rel = str(Path(str(entry.get("filepath", ""))) / str(entry["filename"]))
+        rel = image_candidates(entry)[0]
         if split not in splits:
             continue
-        if root is not None and not (root / rel).is_file():
-            raise EdgecapError(f"{where}: image file {root / rel} does not exist")
+        if root is not None:
+            rel = find_image(root, entry)
+            if rel is None:
+                raise EdgecapError(f"{where}: {missing_image(root, entry)}")
         out[split].append(KarpathyImage(image_id, rel, split, tuple(captions)))
     return KarpathySplits(path, out["train"], out["val"], out["test"])

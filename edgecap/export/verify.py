@@ -69,7 +69,7 @@ class ParityData:
     """Where the parity gate's images (or features) and reference captions come from."""
 
     karpathy: Path  # dataset_coco.json
-    images: Path | None  # image root: <images>/<filepath>/<filename>
+    images: Path | None  # image root: <images>/<filepath>/<filename>, or COCO 2017's names (find_image)
     features: Path | None  # HDF5 with <image_id>_features
     label: str
     any_split: bool = False  # a freshly generated world: every image is unseen
@@ -151,6 +151,7 @@ def _dataset_inputs(spec: ExportSpec, found: ParityData, n: int) -> ParityInputs
         import cv2
 
         from edgecap.contract.preprocess import preprocess_as
+        from edgecap.data.karpathy import find_image, missing_image
 
         if found.images is None:
             raise EdgecapError(f"parity data {found.label}: the model reads images but the data has none "
@@ -158,7 +159,10 @@ def _dataset_inputs(spec: ExportSpec, found: ParityData, n: int) -> ParityInputs
         pre = spec.preprocessing()
         arrays = []
         for im in items:
-            path = found.images / im.get("filepath", "") / im["filename"]
+            rel = find_image(found.images, im)
+            if rel is None:
+                raise EdgecapError(f"parity data: {missing_image(found.images, im)}")
+            path = found.images / rel
             bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
             if bgr is None:
                 raise EdgecapError(f"parity data: cannot read image {path}")
