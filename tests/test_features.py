@@ -255,6 +255,5 @@ def test_extract_finds_coco_2017_images_under_their_new_names(backbone, dataset,
     code, stdout, stderr = run_cli(*extract_args(backbone, dataset, out))
     assert code == 0, stderr
     assert "7 images written" in stdout
-    store = FeatureStore(out, n_regions=16)
-    assert sorted(store.ids()) == [str(i) for i in range(100, 107)]
-    store.close()
+    with FeatureStore(out) as store:
+        assert sorted(store.ids()) == [str(i) for i in range(100, 107)]

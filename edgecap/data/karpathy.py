@@ -143,12 +143,10 @@ def load_karpathy(
             if not tokens:
                 raise EdgecapError(f"{where}: sentences[{j}] is an empty caption")
             captions.append(tokens)
-        rel = image_candidates(entry)[0]
         if split not in splits:
             continue
-        if root is not None:
-            rel = find_image(root, entry)
-            if rel is None:
-                raise EdgecapError(f"{where}: {missing_image(root, entry)}")
+        rel = image_candidates(entry)[0] if root is None else find_image(root, entry)
+        if rel is None:
+            raise EdgecapError(f"{where}: {missing_image(root, entry)}")
         out[split].append(KarpathyImage(image_id, rel, split, tuple(captions)))
     return KarpathySplits(path, out["train"], out["val"], out["test"])

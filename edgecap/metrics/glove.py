@@ -150,6 +150,11 @@ def _word2vec_header(parts: list[bytes]) -> int | None:
     return None
 
 
+def _shown(parts: list[bytes]) -> str:
+    """A line's word as an error names it (decoded only when there is an error to report)."""
+    return parts[0][:40].decode("utf-8", "replace")
+
+
 def _parse_text(path: Path) -> tuple[list[str], np.ndarray]:
     """GloVe text as the GloVe tools write it: `word v1 ... vd`, one word a line.
 
@@ -170,8 +175,9 @@ def _parse_text(path: Path) -> tuple[list[str], np.ndarray]:
         for lineno, raw in enumerate(fh, 1):
             bar.update(len(raw))
             parts = raw.rstrip(b"\r\n").rstrip(b" ").split(b" ")
-            if lineno == 1 and _word2vec_header(parts):
-                dim = _word2vec_header(parts)
+            header = _word2vec_header(parts) if lineno == 1 else None
+            if header:
+                dim = header
                 expected = ("not a word2vec text file; a binary one (.bin) is not read: save it as text, "
                             "e.g. gensim's KeyedVectors.save_word2vec_format(path, binary=False)")
                 continue
@@ -179,17 +185,16 @@ def _parse_text(path: Path) -> tuple[list[str], np.ndarray]:
                 continue
             if dim is None:
                 dim = len(parts) - 1
-            shown = parts[0][:40].decode("utf-8", "replace")
             extra = parts[1:-dim] if len(parts) - 1 > dim else []
             longer = len(extra) > _WORD_PARTS and all(_NUMBER.fullmatch(p) for p in extra)
             if len(parts) - 1 < dim or longer:
-                raise EdgecapError(
-                    f"{path}:{lineno}: {len(parts) - 1} numbers after {shown!r}, expected {dim}; {expected}"
-                )
+                raise EdgecapError(f"{path}:{lineno}: {len(parts) - 1} numbers after {_shown(parts)!r}, "
+                                   f"expected {dim}; {expected}")
             try:
                 vector = np.asarray(parts[-dim:], dtype=np.float32)
             except ValueError:
-                raise EdgecapError(f"{path}:{lineno}: non-numeric vector for {shown!r}; {expected}") from None
+                raise EdgecapError(f"{path}:{lineno}: non-numeric vector for {_shown(parts)!r}; "
+                                   f"{expected}") from None
             try:
                 word = b" ".join(parts[:-dim]).decode("utf-8")
             except UnicodeDecodeError:

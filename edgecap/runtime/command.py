@@ -167,12 +167,12 @@ def read_config(path: str) -> dict:
 
 def settings_from_args(args) -> RunSettings:
     """Defaults < --config file < flags given on the command line."""
+    from dataclasses import fields
+
     from edgecap.errors import EdgecapError
 
     merged = read_config(args.config) if args.config else {}
-    for name in ("bundle", "source", "beam", "max_fps", "batch", "frames", "jsonl", "append", "detections",
-                 "show", "save_video", "latency_budget", "coverage", "pace", "source_fps", "threads",
-                 "spin", "quiet", "topic", "replay", "out_mcap", "rerun", "area"):
+    for name in (f.name for f in fields(RunSettings) if f.name != "providers"):  # every flag's dest
         value = getattr(args, name)
         if value is not None:
             merged[name] = value
