@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from edgecap.contract.vocab import Vocab
@@ -53,6 +51,15 @@ from edgecap.io import atomic_path, write_json_atomic, write_text_atomic
 from edgecap.models.checkpoint import read_payload, save_checkpoint
 from edgecap.models.factory import build_from_config
 from edgecap.train.config import TrainConfig, load_config, parse_config, to_toml
+from edgecap.train.metrics_log import MetricsLog, plot_curves
+from edgecap.train.process import (
+    barrier,
+    init_distributed,
+    rank_world,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
 from edgecap.train.retrieval import (
     TrainingRetrieval,
     freeze_visual,
@@ -70,62 +77,6 @@ STATE_VERSION = 1
 RUN_FILES = ("config.toml", "vocab.json", "metrics.jsonl", "curves.png", "last.pt", "last.state.pt", "best.pt",
              "best_xe.pt", "summary.json")
 PHASES = ("xe", "scst")
-
-
-# -- distributed helpers -------------------------------------------------------------------
-
-def _dist_active() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
-
-
-def _rank_world() -> tuple[int, int]:
-    if _dist_active():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def _barrier() -> None:
-    if _dist_active() and torch.distributed.get_world_size() > 1:
-        torch.distributed.barrier()
-
-
-def init_distributed(device: str) -> bool:
-    """Start the process group when launched by torchrun; returns True if this call started it."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or _dist_active():
-        return False
-    backend = "nccl" if device.startswith("cuda") else "gloo"
-    torch.distributed.init_process_group(backend=backend)
-    return True
-
-
-# -- RNG state -----------------------------------------------------------------------------
-
-def rng_state() -> dict:
-    np_state = np.random.get_state()
-    state = {
-        "python": random.getstate(),
-        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    version, keys, pos = state["python"][0], tuple(state["python"][1]), state["python"][2]
-    random.setstate((version, keys, pos))
-    kind, np_keys, np_pos, gauss, cached = state["numpy"]
-    np.random.set_state((kind, np.asarray(np_keys, dtype=np.uint32), np_pos, gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 # -- run state -----------------------------------------------------------------------------
@@ -155,13 +106,13 @@ def prepare_data(cfg: TrainConfig, out: Path, progress: bool) -> tuple[Path, Pat
     s = d.synth
     root = Path(s.dir) if s.dir else out / "data"
     wanted = {"seed": s.seed, "images": s.images, "size": s.size, "image_format": s.image_format}
-    rank, _ = _rank_world()
+    rank, _ = rank_world()
     if rank == 0 and not (root / "dataset_coco.json").is_file():
         from edgecap.data.synth import generate_dataset
 
         generate_dataset(root, s.images, seed=s.seed, size=s.size, sequences=0, video_frames=0,
                          image_format=s.image_format, progress=progress)
-    _barrier()
+    barrier()
     meta = root / "synth.json"
     if meta.is_file():
         have = json.loads(meta.read_text(encoding="utf-8"))
@@ -172,63 +123,6 @@ def prepare_data(cfg: TrainConfig, out: Path, progress: bool) -> tuple[Path, Pat
                     f"[data.synth].{key} = {value!r}; delete {root} or set [data.synth].dir elsewhere"
                 )
     return root / "dataset_coco.json", root / "images", None
-
-
-# -- metrics file and curves ---------------------------------------------------------------
-
-class MetricsLog:
-    def __init__(self, path: Path, enabled: bool):
-        self.path, self.enabled = path, enabled
-
-    def write(self, record: dict) -> None:
-        if not self.enabled:
-            return
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
-
-    def records(self) -> list[dict]:
-        if not self.path.is_file():
-            return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-    def truncate_after(self, step: int) -> None:
-        """Drop lines a killed run wrote after its last save, so the resumed log has no gaps or repeats."""
-        if not self.enabled or not self.path.is_file():
-            return
-        keep = [r for r in self.records() if r.get("step", 0) <= step]
-        write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in keep))
-
-
-def plot_curves(records: list[dict], path: Path) -> None:
-    matplotlib = require("matplotlib", "train", "training curves")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for phase, key, label in (("xe", "loss", "XE loss"), ("scst", "reward", "SCST reward (CIDEr-D)")):
-        rows = [r for r in records if r.get("kind") == "train" and r.get("phase") == phase and key in r]
-        if not rows:
-            continue
-        ax = ax1 if phase == "xe" else ax1.twinx()
-        ax.plot([r["step"] for r in rows], [r[key] for r in rows], label=label,
-                color="tab:blue" if phase == "xe" else "tab:orange")
-        ax.set_ylabel(label)
-    ax1.set_xlabel("step")
-    ax1.set_title("training")
-    for phase, color in (("xe", "tab:blue"), ("scst", "tab:orange")):
-        rows = [r for r in records if r.get("kind") == "val" and r.get("phase") == phase]
-        if rows:
-            ax2.plot([r["step"] for r in rows], [r["cider_d"] for r in rows], "o-", color=color, label=phase)
-    ax2.set_xlabel("step")
-    ax2.set_ylabel("validation CIDEr-D")
-    ax2.set_title("validation (greedy)")
-    if ax2.lines:
-        ax2.legend()
-    fig.tight_layout()
-    from edgecap.png import save_figure
-
-    save_figure(fig, path, dpi=100, checked=True)  # the run directory's own rules guard its files
-    plt.close(fig)
 
 
 # -- the trainer ---------------------------------------------------------------------------
@@ -246,7 +140,7 @@ class Trainer:
         if want == "cuda" and not torch.cuda.is_available():
             raise EdgecapError("--device cuda: no CUDA device is available")
         self.started_dist = init_distributed(want)
-        self.rank, self.world = _rank_world()
+        self.rank, self.world = rank_world()
         if want == "cuda":
             local = int(os.environ.get("LOCAL_RANK", "0"))
             torch.cuda.set_device(local)
@@ -307,7 +201,7 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             if not self.resume:
                 write_text_atomic(self.out / "config.toml", cfg.text or to_toml(cfg.to_dict()))
-        _barrier()
+        barrier()
         karpathy, images, features = prepare_data(cfg, self.out, self.progress and self.is_main)
         self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val"))
         if not self.splits.train:
@@ -403,7 +297,7 @@ class Trainer:
             load_visual(self.model, r.visual_from)
         freeze_visual(self.model)
         path = prepare_index(self.model, self.cfg, self.splits.train, self.out, images, features,
-                             self.is_main, _barrier, self.progress and self.is_main)
+                             self.is_main, barrier, self.progress and self.is_main)
         self.model.cfg.retrieval.index = str(path)  # saved with every checkpoint: export copies it
         self.retrieval = TrainingRetrieval(path, self.vocab, self.model.cfg)
 
@@ -452,7 +346,7 @@ class Trainer:
             with atomic_path(self.out / "last.state.pt", suffix=".pt") as tmp:
                 torch.save(payload, tmp)
             save_checkpoint(self.out / "last.pt", self.model, self.vocab, self._meta())
-        _barrier()
+        barrier()
 
     def _load_last(self) -> None:
         last = self.out / "last.pt"
