@@ -9,7 +9,8 @@ CompressedImage jpeg, and times reading every image of the topic into an OpenCV 
 (what `edgecap run` does per message) with each reader that supports the storage:
 
     mcap       mcap SeekingReader + mcap-ros2-support decoder (edgecap.ros.logs.McapLog)
-    rosbags    rosbags AnyReader + its CDR deserialiser (edgecap.ros.logs.RosbagsLog)
+    rosbags    rosbags + its CDR deserialiser: AnyReader on MCAP (edgecap.ros.logs.RosbagsLog),
+               its SQLite3 storage reader on .db3 files (edgecap.ros.logs.SqliteLog)
 
 Reports the median over `--repeats` after a warm-up read, per message and as a ratio, and
 writes results/log_read/log_read.json and .md.
@@ -116,14 +117,12 @@ def read_all(log, topic: str, msgtype: str) -> int:
 
 
 def readers_for(storage: str, path: Path):
-    from edgecap.ros.logs import McapLog, RosbagsLog
+    from edgecap.ros.logs import McapLog, RosbagsLog, SqliteLog
 
     mcaps = [path] if path.suffix == ".mcap" else sorted(path.glob("*.mcap"))
-    out = {}
-    if mcaps:
-        out["mcap"] = lambda: McapLog(path, mcaps)
-    out["rosbags"] = lambda: RosbagsLog(path)
-    return out
+    if not mcaps:
+        return {"rosbags": lambda: SqliteLog(path, sorted(path.glob("*.db3")))}
+    return {"mcap": lambda: McapLog(path, mcaps), "rosbags": lambda: RosbagsLog(path)}
 
 
 def main(argv=None) -> int:

@@ -137,3 +137,32 @@ def test_sigterm_leaves_a_finished_caption_log(bundle, tmp_path, run_module_cli)
     assert 3 <= n < 300
     assert len(_read(out)["/edgecap/caption"]) == n  # finished, indexed, readable
     assert hidden_leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("storage, options", [
+    ("sqlite3", {"killed": True, "wal_tail": 2, "parts": 2}),      # resilient preset, kill -9
+    ("mcap", {"preset": "zstd_fast", "parts": 2, "compression": "file"}),
+])
+def test_run_on_a_recording_as_ros2_bag_record_leaves_it(bundle, tmp_path, run_cli, storage,
+                                                        options):
+    """`edgecap run` on a Jazzy recording laid out as rosbag2 writes it (tests/rosbag2_like.py),
+    with /rosout and camera_info beside the camera; the caption log, read back with rosbags,
+    carries every image's log time and the records its header stamp."""
+    from rosbag2_like import record
+    from test_ros_rosbag2_layouts import STORE, camera_recording
+
+    rec, shots = camera_recording("jazzy")
+    bag = record(tmp_path / "run1", rec, STORE, storage, **options)
+    out, jsonl = tmp_path / "captions.mcap", tmp_path / "captions.jsonl"
+    code, stdout, stderr = run_cli("run", bundle, "--source", bag, "--topic", "/camera/image_raw",
+                                   "--replay", "fast", "--out-mcap", out, "--jsonl", jsonl)
+    assert code == 0, stderr
+    assert f"summary: {len(shots)} frames captioned, 0 dropped" in stdout
+    if options.get("killed"):
+        assert "no metadata.yaml (recording stopped uncleanly?)" in stderr
+        assert "read with the messages still in run1_1.db3-wal" in stderr
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["header_stamp_ns"] for r in records] == [s[0] for s in shots]
+    captions = _read(out)["/edgecap/caption"]
+    assert [t for t, _ in captions] == [s[1] for s in shots]
+    assert [m.data for _, m in captions] == [r["caption"] for r in records]
