@@ -114,3 +114,28 @@ def test_compressed_garbage_is_a_bad_frame_and_depth_is_unsupported(store):
     fields["format"] = "16UC1; compressedDepth"
     with pytest.raises(UnsupportedImage, match="compressedDepth"):
         compressed_to_bgr(_compressed(store, fields))
+
+
+def _bt601(bgr):
+    """(Y, U, V) of a colour, BT.601 video range: what a YUV camera sends for it."""
+    b, g, r = (c / 255 for c in bgr)
+    return (round(16 + 65.481 * r + 128.553 * g + 24.966 * b),
+            round(128 - 37.797 * r - 74.203 * g + 112.0 * b),
+            round(128 + 112.0 * r - 93.786 * g - 18.214 * b))
+
+
+@pytest.mark.parametrize("encoding", ["uyvy", "yuv422", "yuyv", "yuv422_yuy2"])
+def test_packed_yuv_422_cameras_become_their_colour(store, encoding):
+    # Byte order per pixel pair: UYVY = U Y0 V Y1, YUYV = Y0 U Y1 V.
+    colour = (40, 120, 220)
+    y, u, v = _bt601(colour)
+    pair = [u, y, v, y] if encoding in ("uyvy", "yuv422") else [y, u, y, v]
+    plane = np.tile(np.array(pair, np.uint8), (4, 3)).reshape(4, 6, 2)
+    out = image_to_bgr(_image(store, plane, encoding, pad=2))
+    assert out.shape == (4, 6, 3)
+    assert np.allclose(out.reshape(-1, 3), colour, atol=2)
+
+
+def test_packed_yuv_with_an_odd_width_is_a_bad_frame(store):
+    with pytest.raises(ImageDecodeError, match="uyvy needs an even width, not 5"):
+        image_to_bgr(_image(store, np.zeros((2, 5, 2), np.uint8), "uyvy"))

@@ -139,6 +139,13 @@ def test_a_resilient_recording_killed_before_sqlite_checkpointed_keeps_its_last_
     assert_every_frame(good, bad, shots)
     assert "read with the messages still in run1_0.db3-wal" in note
     assert {p.name: p.read_bytes() for p in bag.iterdir()} == before
+    from edgecap.ros.logs import open_log
+
+    log = open_log(bag)                      # the checkpointed copy goes when the log closes
+    copy = Path(log.scratch.name)
+    assert (copy / "run1_0.db3").is_file()
+    log.close()
+    assert not copy.exists()
 
 
 def test_a_split_recording_killed_before_its_last_file_got_a_chunk_reads_the_earlier_files(

@@ -2,7 +2,8 @@
 
 Works on any object with the messages' fields as attributes: messages decoded by rosbags or
 mcap-ros2-support, and rclpy's own (robot/ros2_caption_node.py). Raw encodings follow
-sensor_msgs/image_encodings.h; 16-bit mono images map their full range onto 8 bits
+sensor_msgs/image_encodings.hpp (colour, mono, Bayer and packed YUV 4:2:2; planar NV12 / NV21
+and 16-bit colour are refused by name); 16-bit mono images map their full range onto 8 bits
 (v * 255 / 65535), as cv_bridge's depth conversion does, so no frame is stretched by its own
 contents. CompressedImage `format` is image_transport's ("jpeg", "png", or
 "bgr8; jpeg compressed bgr8"): jpeg and png are decoded; others (compressedDepth, h264) are
@@ -30,6 +31,13 @@ _RAW = {
     "8UC3": (1, 3, None),                 # cv_bridge treats 8UC3 as BGR
     "mono16": (2, 1, "COLOR_GRAY2BGR"),
     "16UC1": (2, 1, "COLOR_GRAY2BGR"),
+    # Packed YUV 4:2:2 (8 bits, BT.601 video range, as cv_bridge converts it): UYVY cameras
+    # (GMSL, many industrial ones; `yuv422` is its older name) and YUYV webcams (usb_cam,
+    # v4l2_camera; `yuv422_yuy2`). Two bytes per pixel; OpenCV needs an even width.
+    "uyvy": (1, 2, "COLOR_YUV2BGR_UYVY"),
+    "yuv422": (1, 2, "COLOR_YUV2BGR_UYVY"),
+    "yuyv": (1, 2, "COLOR_YUV2BGR_YUYV"),
+    "yuv422_yuy2": (1, 2, "COLOR_YUV2BGR_YUYV"),
     # Bayer mosaics: OpenCV names a pattern by its second row, so RGGB is BayerBG.
     "bayer_rggb8": (1, 1, "COLOR_BayerBG2BGR"),
     "bayer_bggr8": (1, 1, "COLOR_BayerRG2BGR"),
@@ -71,6 +79,8 @@ def image_to_bgr(msg) -> np.ndarray:
     data = np.frombuffer(msg.data, np.uint8)
     if height <= 0 or width <= 0:
         raise ImageDecodeError(f"{_where(msg)}: empty image ({width}x{height})")
+    if channels == 2 and width % 2:
+        raise ImageDecodeError(f"{_where(msg)}: {encoding} needs an even width, not {width}")
     if step < row_bytes or data.size < step * (height - 1) + row_bytes:
         raise ImageDecodeError(f"{_where(msg)}: {data.size} bytes with step {step} cannot hold "
                                f"{width}x{height} {encoding}")

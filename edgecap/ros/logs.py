@@ -174,18 +174,15 @@ def _open_storage(path: Path, storage: str, files: list[Path], compression: str)
             raise
     try:
         if storage == "mcap":
-            log = McapLog(path, files)
-        elif storage == "sqlite3":
-            log = SqliteLog(path, files)
-        else:
-            raise LogError(f"log {path}: storage {storage!r} is not supported; expected mcap "
-                           "or sqlite3")
+            return McapLog(path, files, scratch)
+        if storage == "sqlite3":
+            return SqliteLog(path, files, scratch)
+        raise LogError(f"log {path}: storage {storage!r} is not supported; expected mcap or "
+                       "sqlite3")
     except BaseException:
         if scratch is not None:
             scratch.cleanup()
         raise
-    log.scratch = scratch
-    return log
 
 
 def _unpacked(file: Path, into: Path) -> Path:
@@ -258,12 +255,13 @@ def _first_line(exc: BaseException) -> str:
 class McapLog(RobotLog):
     """One or more MCAP files read in order (a rosbag2 recording split into several files)."""
 
-    def __init__(self, path: Path, files: list[Path]):
+    def __init__(self, path: Path, files: list[Path], scratch=None):
         require("mcap", "ros", "reading MCAP logs")
         require("mcap_ros2", "ros", "reading MCAP logs")
         from mcap_ros2.decoder import DecoderFactory
 
         self.path = path
+        self.scratch = scratch
         self.files = files
         self._decoders = DecoderFactory()
         self._by_schema: dict[tuple[Path, int], object] = {}
@@ -449,11 +447,12 @@ class SqliteLog(RobotLog):
     was killed keeps its newest messages in `<file>-wal`; such a file is copied with its log into
     a temporary directory and checkpointed there, so nothing beside the user's log is changed."""
 
-    def __init__(self, path: Path, files: list[Path]):
+    def __init__(self, path: Path, files: list[Path], scratch=None):
         require("rosbags", "ros", "reading rosbag2 SQLite3 logs")
         from rosbags.rosbag2 import Reader
 
         self.path = path
+        self.scratch = scratch
         self.topics = {}
         self._readers = []
         try:
