@@ -1,0 +1,122 @@
+"""Beam search against the official M² code's algorithm (aimagelab/meshed-memory-transformer,
+models/beam_search/beam_search.py), re-implemented here independently of edgecap's search:
+beam x vocab candidates sorted per image, the first step expanding one beam, a finished beam
+extended by token 0 at zero cost and every other token at score - 999 (the mask is applied
+from the step after EOS), per-token log-probs zeroed after EOS, a final sort by summed
+log-probability and `max_len` steps counting generated tokens (EOS included, BOS not).
+
+Both edgecap paths are compared: the torch-free search (`edgecap.contract.beam`, what the
+runtime runs) on log-prob tables, and the PyTorch decoder (`generate`) on small models."""
+
+import numpy as np
+import pytest
+import torch
+
+from edgecap.contract.beam import DecodeOptions, beam_search
+from edgecap.models.decoding import generate
+from tests.conftest import random_batch
+from tests.test_models import tiny
+
+BOS, EOS, PAD = 1, 2, 0
+
+
+def m2_beam_search(word_logprobs, b_s: int, beam: int, max_len: int, eos: int):
+    """The official loop. word_logprobs(t, prefix [rows, t] of generated tokens) -> [rows, V].
+
+    Returns (tokens [b_s, beam, max_len], scores [b_s, beam], per-token log-probs [b_s, beam, max_len]),
+    best first, as `BeamSearch.apply(..., out_size=beam)` does."""
+    seq_mask = torch.ones(b_s, beam, 1, dtype=torch.float64)
+    seq_logprob = torch.zeros(b_s, 1, 1, dtype=torch.float64)
+    outputs, log_probs, words = [], [], None
+    prefix = torch.zeros(b_s, 0, dtype=torch.long)
+    for t in range(max_len):
+        cur = 1 if t == 0 else beam
+        word_lp = word_logprobs(t, prefix).to(torch.float64).view(b_s, cur, -1)
+        vocab = word_lp.shape[-1]
+        cand = seq_logprob + word_lp
+        if t > 0:
+            seq_mask = seq_mask * (words.view(b_s, cur) != eos).to(torch.float64).unsqueeze(-1)
+            word_lp = word_lp * seq_mask.expand_as(word_lp)
+            old = seq_logprob.expand_as(cand).contiguous()
+            old[:, :, 1:] = -999
+            cand = seq_mask * cand + old * (1 - seq_mask)
+        # stable: among equal scores the lower beam * V + token first (edgecap's documented tie rule)
+        sel_lp, sel_idx = torch.sort(cand.view(b_s, -1), dim=-1, descending=True, stable=True)
+        sel_lp, sel_idx = sel_lp[:, :beam], sel_idx[:, :beam]
+        sel_beam, words = sel_idx // vocab, sel_idx % vocab
+        seq_logprob = sel_lp.unsqueeze(-1)
+        seq_mask = torch.gather(seq_mask, 1, sel_beam.unsqueeze(-1))
+        outputs = [torch.gather(o, 1, sel_beam.unsqueeze(-1)) for o in outputs] + [words.unsqueeze(-1)]
+        this = torch.gather(word_lp, 1, sel_beam.unsqueeze(-1).expand(b_s, beam, vocab))
+        log_probs = [torch.gather(o, 1, sel_beam.unsqueeze(-1)) for o in log_probs]
+        log_probs.append(torch.gather(this, 2, words.unsqueeze(-1)))
+        rows = (torch.arange(b_s)[:, None] * cur + sel_beam).reshape(-1)
+        prefix = torch.cat([prefix[rows], words.reshape(-1, 1)], dim=1)
+    scores, order = torch.sort(seq_logprob, 1, descending=True)
+    tokens = torch.gather(torch.cat(outputs, -1), 1, order.expand(b_s, beam, max_len))
+    lps = torch.gather(torch.cat(log_probs, -1), 1, order.expand(b_s, beam, max_len))
+    return tokens.numpy(), scores.squeeze(-1).numpy(), lps.numpy()
+
+
+def up_to_eos(tokens: np.ndarray, eos: int) -> np.ndarray:
+    """Tokens after a sequence's first EOS set to -1 (the official code emits token 0 there, edgecap pad)."""
+    after = np.cumsum(tokens == eos, axis=-1) - (tokens == eos) > 0
+    return np.where(after, -1, tokens)
+
+
+def assert_same_search(hyp, tokens, scores, lps, eos):
+    np.testing.assert_array_equal(up_to_eos(hyp.tokens, eos), up_to_eos(tokens, eos))
+    np.testing.assert_allclose(hyp.scores, scores, rtol=0, atol=1e-6)
+    ended = (tokens == eos).any(-1)
+    np.testing.assert_array_equal(hyp.lengths, np.where(ended, (tokens == eos).argmax(-1) + 1, tokens.shape[-1]))
+    # the official per-token log-probs are zero after EOS and sum to the score
+    np.testing.assert_allclose(lps.sum(-1), scores, rtol=0, atol=1e-6)
+
+
+class TableStepper:
+    def __init__(self, table):
+        self.table = table
+
+    def __call__(self, tokens, t):
+        return self.table[t, tokens]
+
+    def reorder(self, rows):
+        pass
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_runtime_search_equals_the_official_algorithm_on_random_tables(seed):
+    rng = np.random.default_rng(seed)
+    vocab, steps, batch = int(rng.integers(6, 40)), int(rng.integers(2, 21)), int(rng.integers(1, 4))
+    k = int(rng.integers(1, 6))
+    logits = rng.standard_normal((steps, vocab, vocab)) * rng.uniform(0.5, 4)
+    logits[..., EOS] += rng.uniform(-2, 3)  # from never ending to every beam ending early
+    table = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+
+    def official_step(t, prefix):
+        prev = torch.full((prefix.shape[0],), BOS) if t == 0 else prefix[:, -1]
+        return torch.from_numpy(table[t][prev.numpy()])
+
+    tokens, scores, lps = m2_beam_search(official_step, batch, k, steps, EOS)
+    hyp = beam_search(TableStepper(table), batch, DecodeOptions(beam_size=k, max_len=steps), BOS, EOS, PAD)
+    assert_same_search(hyp, tokens, scores, lps, EOS)
+
+
+@pytest.mark.parametrize("name", ["m2", "smart", "transformer", "updown"])
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_the_pytorch_decoder_equals_the_official_algorithm(name, k):
+    model = tiny(name).eval()
+    feats, mask, _ = random_batch(model, 3, 6, 1)[:3]
+    cfg = model.cfg
+    with torch.no_grad():
+        cross = model.encode(feats, mask)
+
+        def official_step(t, prefix):  # the whole prefix again, as the official stateful decoder sees it
+            rows = prefix.shape[0]
+            tokens = torch.cat([torch.full((rows, 1), cfg.bos_id), prefix], dim=1)
+            return model.decode_prefix(model.expand_cross(cross, rows // feats.shape[0]), tokens)[:, -1]
+
+        tokens, scores, lps = m2_beam_search(official_step, feats.shape[0], k, cfg.max_len, cfg.eos_id)
+    hyp = generate(model, feats, mask, DecodeOptions(beam_size=k, max_len=cfg.max_len))
+    assert_same_search(hyp, tokens, scores, lps, cfg.eos_id)
+
