@@ -13,7 +13,7 @@ from edgecap.data.datasets import Batch
 from edgecap.metrics.ciderd import CiderD
 from edgecap.models import build
 from edgecap.train.loop import Trainer
-from edgecap.train.scst import SCST
+from edgecap.train.scst import SCST, reward_scorer
 from edgecap.train.xe import CaptionTrainModule
 
 WORDS = ["a", "red", "mug", "blue", "bottle", "on", "the", "table", "next", "to", "laptop", "book"]
@@ -190,3 +190,78 @@ def test_rescoring_the_asset_measures_it_again_by_todays_rule(world, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     assert main(["--rescore", str(other), "--out", str(assets), "--name", "tiny"]) == 1
+
+
+def m2_cider_d(corpus: dict, gts: dict, res: dict) -> np.ndarray:
+    """CIDEr-D as the M2 code's `Cider(corpus).compute_score(gts, res)` computes it
+    (evaluation/cider/cider_scorer.py): df and log N from the corpus dict, one document per key."""
+    from collections import Counter
+
+    def grams(s):
+        w = s.split()
+        return Counter(tuple(w[i:i + n]) for n in range(1, 5) for i in range(len(w) - n + 1))
+
+    df = Counter(g for refs in corpus.values() for g in {g for r in refs for g in grams(r)})
+    log_n = np.log(float(len(corpus)))
+
+    def vec(s):
+        v, norm, length = [{} for _ in range(4)], np.zeros(4), 0
+        for g, tf in grams(s).items():
+            n = len(g) - 1
+            v[n][g] = tf * (log_n - np.log(max(1.0, df[g])))
+            norm[n] += v[n][g] ** 2
+            length += tf if n == 1 else 0
+        return v, np.sqrt(norm), length
+
+    out = []
+    for key in gts:
+        vh, nh, lh = vec(res[key][0])
+        total = np.zeros(4)
+        for ref in gts[key]:
+            vr, nr, lr = vec(ref)
+            for n in range(4):
+                val = sum(min(w, vr[n].get(g, 0.0)) * vr[n].get(g, 0.0) for g, w in vh[n].items())
+                if nh[n] != 0 and nr[n] != 0:
+                    val /= nh[n] * nr[n]
+                total[n] += val * np.e ** (-((lh - lr) ** 2) / (2 * 6.0 ** 2))
+        out.append(np.mean(total) / len(gts[key]) * 10.0)
+    return np.array(out)
+
+
+TRAIN_REFS = [["a red mug on the table", "a red mug next to a laptop", "the red mug"],
+              ["a blue bottle on the table", "a bottle on a table"],
+              ["a book next to a laptop", "a laptop and a book on the table"],
+              ["a mug", "a red mug on a book"]]
+
+
+def test_the_reward_counts_each_training_caption_as_a_document_as_m2_does():
+    # M2: cider_train = Cider(PTBTokenizer.tokenize(list of every training caption))
+    corpus = {i: [c] for i, c in enumerate(c for refs in TRAIN_REFS for c in refs)}
+    cands = ["a red mug on the table", "a bottle on the table", "a laptop", "", "a red mug on a book"]
+    items = [0, 1, 2, 3, 3]
+    want = m2_cider_d(corpus, {i: TRAIN_REFS[j] for i, j in enumerate(items)}, {i: [c] for i, c in enumerate(cands)})
+    _, got = reward_scorer(TRAIN_REFS).score(cands, [TRAIN_REFS[j] for j in items])
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    # per-image documents (the COCO evaluation's df) give other rewards
+    assert not np.allclose(CiderD(TRAIN_REFS).score(cands, [TRAIN_REFS[j] for j in items])[1], want)
+
+
+def test_the_loss_is_m2s_sum_of_log_probs_over_max_len_times_the_advantage():
+    model, vocab, batch = setup(seed=1)
+    batch.indices = torch.tensor([0, 1, 2])
+    scst = SCST(model, vocab, reward_scorer(TRAIN_REFS), TRAIN_REFS, beam_size=3)
+    hyps = scst.search(batch.inputs, batch.mask, 3)
+    b, k, steps = hyps.tokens.shape
+    assert steps == model.cfg.max_len and hyps.lengths.min() < steps  # beams that end early
+    # M2: outs, log_probs = beam_search(...); reward - mean(reward of the image's beams);
+    # loss = mean(-mean(log_probs over the max_len positions, zero after EOS) * advantage)
+    captions = scst.captions(hyps.tokens.reshape(b * k, -1))
+    corpus = {i: [c] for i, c in enumerate(c for refs in TRAIN_REFS for c in refs)}
+    reward = m2_cider_d(corpus, {i: TRAIN_REFS[i // k] for i in range(b * k)},
+                        {i: [c] for i, c in enumerate(captions)}).reshape(b, k)
+    model.eval()  # dropout is 0: the search's log-probs are the teacher-forced ones
+    lp = seq_logprobs(model, scst, batch, hyps.tokens, hyps.lengths) * hyps.lengths  # summed up to EOS
+    want = np.mean(-(lp / steps) * (reward - reward.mean(1, keepdims=True)))
+    loss, stats = scst.loss(CaptionTrainModule(model), batch)
+    assert stats.reward == pytest.approx(reward.mean(), rel=1e-9)
+    assert loss.item() == pytest.approx(want, rel=1e-5, abs=1e-9)

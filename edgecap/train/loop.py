@@ -68,7 +68,7 @@ from edgecap.train.retrieval import (
     prepare_index,
 )
 from edgecap.train.schedules import Constant, make_optimizer, set_lr, xe_schedule
-from edgecap.train.scst import SCST
+from edgecap.train.scst import SCST, reward_scorer
 from edgecap.train.xe import CaptionTrainModule, xe_step
 
 STATE_VERSION = 1
@@ -417,11 +417,9 @@ class Trainer:
             self.optimizer = make_optimizer(c.optimizer, params, c.lr, c.betas)
             self.schedule = Constant(c.lr)
             self.grad_clip = c.grad_clip
-            from edgecap.metrics.ciderd import CiderD
-
             if getattr(self, "scst", None) is None:
-                # Document frequencies of the training references, once per run.
-                self.scst = SCST(self.model, self.vocab, CiderD(self.train_refs), self.train_refs,
+                # Document frequencies of the training captions, once per run.
+                self.scst = SCST(self.model, self.vocab, reward_scorer(self.train_refs), self.train_refs,
                                  beam_size=c.beam_size, baseline=c.baseline)
         if self._pending_optimizer_state is not None:
             self.optimizer.load_state_dict(self._pending_optimizer_state)

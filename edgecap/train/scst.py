@@ -2,16 +2,23 @@
 
 Per image, the k sequences of a beam search of width k (the shared numpy search in
 `edgecap.contract.beam`, driven by `CachedStepper` over the static cache, without gradients)
-are scored with CIDEr-D against the image's references; document frequencies come from the
-training references, computed once when the trainer starts. The baseline is the mean reward
-of the k beams (the M2 / SMArT variant) or the reward of the greedy caption (`greedy`).
+are scored with CIDEr-D against the image's references. The baseline is the mean reward of the
+k beams (the M2 / SMArT variant) or the reward of the greedy caption (`greedy`).
 
-The search runs without autograd in eval mode; the log-probabilities that carry the gradient
-come from one teacher-forced pass over the chosen sequences in train mode (through the DDP
-module), so the search never builds a graph. A sequence's log-probability is the mean of its
-token log-probs up to and including EOS (M2 normalises the same way), and
+Two details follow the M2 code (`train.py`, `train_scst`), which SMArT and PMA-Net train with:
+- document frequencies: M2 builds its reward scorer from the flat list of training captions,
+  so each caption, not each image, is one document (df counts captions, N is the number of
+  captions); `reward_scorer` builds the same;
+- the log-probability term: M2 averages the search's per-token log-probs over all `max_len`
+  positions, zeros after EOS, i.e. the sum up to and including EOS divided by `max_len` (not
+  by the sequence's length), so a longer caption's advantage weighs more.
 
-    loss = -mean_{images, beams} (reward - baseline) * logp(sequence)
+The search runs without autograd in eval mode (M2 searches in train mode, with dropout, and
+back-propagates through the search); the log-probabilities that carry the gradient come from
+one teacher-forced pass over the chosen sequences in train mode (through the DDP module), so
+the search never builds a graph and picks the beams the deployed model would. Then
+
+    loss = -mean_{images, beams} (reward - baseline) * sum_{t <= EOS} logp(token_t) / max_len
 """
 
 from __future__ import annotations
@@ -25,8 +32,15 @@ from torch import nn
 
 from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
 from edgecap.contract.vocab import Vocab
+from edgecap.metrics.ciderd import CiderD
 from edgecap.models.captioner import Captioner
 from edgecap.models.decoding import CachedStepper
+
+
+def reward_scorer(train_refs: list[list[str]]) -> CiderD:
+    """The SCST reward's CIDEr-D: document frequencies over the training captions, each caption
+    one document, as the M2 code's `Cider(PTBTokenizer.tokenize(ref_caps_train))` has them."""
+    return CiderD([[caption] for refs in train_refs for caption in refs])
 
 
 @dataclass
@@ -101,7 +115,7 @@ class SCST:
             memory.before_forward(valid)
         logprobs = module(batch.inputs, batch.mask, dec_in, owner, *batch.extra)
         token_lp = logprobs.gather(-1, seqs.unsqueeze(-1)).squeeze(-1) * valid
-        seq_lp = token_lp.sum(1) / valid.sum(1).clamp(min=1)
+        seq_lp = token_lp.sum(1) / steps  # M2: the mean over all max_len positions, zeros after EOS
         advantage = torch.from_numpy((reward - base).reshape(-1)).to(device=device, dtype=seq_lp.dtype)
         loss = -(advantage * seq_lp).mean()
         stats = SCSTStats(float(reward.mean()), float(base.mean()), t2 - t1, t1 - t0)
