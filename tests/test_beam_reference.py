@@ -64,13 +64,15 @@ def up_to_eos(tokens: np.ndarray, eos: int) -> np.ndarray:
     return np.where(after, -1, tokens)
 
 
-def assert_same_search(hyp, tokens, scores, lps, eos):
+def assert_same_search(hyp, tokens, scores, lps, eos, atol):
+    """atol: 1e-9 on float64 tables; on models the official side re-runs the whole prefix
+    (float32 sums in another order than the static cache), so scores agree to ~1e-6."""
     np.testing.assert_array_equal(up_to_eos(hyp.tokens, eos), up_to_eos(tokens, eos))
-    np.testing.assert_allclose(hyp.scores, scores, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(hyp.scores, scores, rtol=0, atol=atol)
     ended = (tokens == eos).any(-1)
     np.testing.assert_array_equal(hyp.lengths, np.where(ended, (tokens == eos).argmax(-1) + 1, tokens.shape[-1]))
     # the official per-token log-probs are zero after EOS and sum to the score
-    np.testing.assert_allclose(lps.sum(-1), scores, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(lps.sum(-1), scores, rtol=0, atol=atol)
 
 
 class TableStepper:
@@ -99,7 +101,7 @@ def test_the_runtime_search_equals_the_official_algorithm_on_random_tables(seed)
 
     tokens, scores, lps = m2_beam_search(official_step, batch, k, steps, EOS)
     hyp = beam_search(TableStepper(table), batch, DecodeOptions(beam_size=k, max_len=steps), BOS, EOS, PAD)
-    assert_same_search(hyp, tokens, scores, lps, EOS)
+    assert_same_search(hyp, tokens, scores, lps, EOS, atol=1e-9)
 
 
 @pytest.mark.parametrize("name", ["m2", "smart", "transformer", "updown"])
@@ -118,5 +120,5 @@ def test_the_pytorch_decoder_equals_the_official_algorithm(name, k):
 
         tokens, scores, lps = m2_beam_search(official_step, feats.shape[0], k, cfg.max_len, cfg.eos_id)
     hyp = generate(model, feats, mask, DecodeOptions(beam_size=k, max_len=cfg.max_len))
-    assert_same_search(hyp, tokens, scores, lps, cfg.eos_id)
+    assert_same_search(hyp, tokens, scores, lps, cfg.eos_id, atol=1e-4)
 
