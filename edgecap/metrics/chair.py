@@ -1,16 +1,23 @@
 """CHAIR object hallucination (Rohrbach, Hendricks et al., EMNLP 2018).
 
-Each caption is scanned for object mentions: lower-cased word tokens, plural forms reduced to
-a known singular, multi-word names matched first ("hot dog" is not a dog, "cell phone" is
-one mention), then every mention is mapped through a synonym table to its class. A mention is
+Each caption is scanned for object mentions the way the paper's code (`utils/chair.py` of
+LisaAnne/Hallucination) does: lower-cased word tokens (an apostrophe splits a word, "man's" is
+"man"; a hyphenated word stays one token, so "hot-dog" names nothing), plural forms reduced to a
+known singular, then two-word names merged into one token (`DOUBLE_WORDS`: "hot dog" is not a
+dog, "baby elephant" is an elephant and no person, "passenger train" a train, "train track"
+and "home plate" name nothing, "toilet seat" is a toilet), a "seat" dropped from any caption
+that also says "toilet", and every remaining word looked up in a synonym table. A mention is
 hallucinated when its class is not among the image's ground-truth objects.
 
     CHAIR-i = hallucinated mentions / all mentions         (every occurrence counts)
     CHAIR-s = captions with >= 1 hallucinated mention / all captions
 
-The class vocabulary is the 80 COCO categories (the 30 ACVR classes are a subset) with the
-synonyms of `edgecap.data.classes.NOUN_SYNONYMS` plus a short list for the other COCO
-classes. No spaCy: matching is a dictionary lookup, so CHAIR is deterministic and fast.
+The built-in class vocabulary is the 80 COCO categories (the 30 ACVR classes are a subset) with
+edgecap's synonyms (`edgecap.data.classes.NOUN_SYNONYMS` plus a short list for the other COCO
+classes). The paper's numbers use its own, longer table (`data/synonyms.txt`: "man", "woman",
+"rider" ... are persons; "glass", "plant", "dish" are not objects); `Chair.from_synonyms_file`
+reads that file (`edgecap eval chair --synonyms`), and then mentions equal the paper's code.
+No spaCy: matching is a dictionary lookup, so CHAIR is deterministic and fast.
 """
 
 from __future__ import annotations
@@ -51,11 +58,24 @@ COCO_EXTRA_SYNONYMS: dict[str, str] = {
     "toilet seat": "toilet", "dining table": "dining table",
 }
 
-# Qualifier + word pairs that must not fire the qualifier as an object ("baby elephant" is no
-# person); the pair maps to the second word's class instead.
-_QUALIFIED = {"baby", "adult", "passenger", "mother", "toy"}
+# Two words read as one token before any lookup (the paper's code's rules): names of one
+# object, qualifier + animal / vehicle pairs that must not fire the qualifier as a person
+# ("baby elephant" -> elephant), and pairs that name no object ("train track", "home plate").
+_NAMES = ("motor bike", "motor cycle", "air plane", "traffic light", "street light", "traffic signal",
+          "stop light", "fire hydrant", "stop sign", "parking meter", "suit case", "sports ball",
+          "baseball bat", "baseball glove", "tennis racket", "wine glass", "hot dog", "cell phone",
+          "mobile phone", "teddy bear", "hair drier", "potted plant", "laptop computer",
+          "home plate", "train track")
+_ANIMALS = ("bird", "cat", "dog", "horse", "sheep", "cow", "elephant", "bear", "zebra", "giraffe",
+            "animal", "cub")
+DOUBLE_WORDS: dict[str, str] = {
+    **{name: name for name in _NAMES},
+    **{f"{qualifier} {animal}": animal for qualifier in ("baby", "adult") for animal in _ANIMALS},
+    "passenger jet": "jet", "passenger train": "train",
+    "bow tie": "tie", "toilet seat": "toilet",
+}
 
-_TOKEN = re.compile(r"[a-z]+(?:'[a-z]+)?")
+_TOKEN = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
 def _singular_candidates(word: str) -> list[str]:
@@ -92,22 +112,51 @@ class ChairResult:
 
 @dataclass
 class Chair:
-    """Object-mention extraction and CHAIR scoring over a class vocabulary."""
+    """Object-mention extraction and CHAIR scoring over a class vocabulary.
+
+    `synonyms` extends the built-in tables; with `builtin=False` it replaces them (a table
+    read from the paper's synonyms file)."""
 
     classes: tuple[str, ...] = COCO_CLASSES
     synonyms: dict[str, str] = field(default_factory=dict)
+    builtin: bool = True
 
     def __post_init__(self):
         table: dict[str, str] = {}
-        for source in (CLASS_NAME_ALIASES, NOUN_SYNONYMS, COCO_EXTRA_SYNONYMS, self.synonyms):
+        sources = (CLASS_NAME_ALIASES, NOUN_SYNONYMS, COCO_EXTRA_SYNONYMS) if self.builtin else ()
+        for source in (*sources, self.synonyms):
             for word, cls in source.items():
                 if cls in self.classes:
                     table[word] = cls
         for cls in self.classes:
             table[cls] = cls
         self.phrases = table
-        self.words = {w for p in table for w in p.split()}
-        self.max_len = max(len(p.split()) for p in table)
+        # two-word table names merge like the paper's double words (no name is longer)
+        self.double = {**{p: p for p in table if len(p.split()) == 2}, **DOUBLE_WORDS}
+        self.words = {w for p in (*table, *self.double) for w in p.split()}
+
+    @classmethod
+    def from_synonyms_file(cls, path) -> Chair:
+        """The vocabulary of a synonyms file in the paper's format (data/synonyms.txt): one class
+        per line, its name first, then its synonyms, separated by ", ". Entries are taken as
+        the paper's code splits them, so one written after a double space (" motor bike") keeps
+        its leading space and matches nothing there or here."""
+        from pathlib import Path
+
+        from edgecap.errors import EdgecapError
+
+        path = Path(path)
+        try:
+            lines = path.read_bytes().decode("utf-8").splitlines()
+        except OSError as exc:
+            raise EdgecapError(f"{path}: cannot read the synonyms file ({exc.strerror})") from None
+        except UnicodeDecodeError as exc:
+            raise EdgecapError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        rows = [line.strip().split(", ") for line in lines if line.strip()]
+        if not rows:
+            raise EdgecapError(f"{path}: no classes (expected lines 'class, synonym, synonym, ...')")
+        table = {word: row[0] for row in rows for word in row}
+        return cls(classes=tuple(dict.fromkeys(row[0] for row in rows)), synonyms=table, builtin=False)
 
     def _normalise(self, word: str) -> str:
         for cand in _singular_candidates(word):
@@ -118,22 +167,15 @@ class Chair:
     def mentions(self, caption: str) -> list[tuple[str, str]]:
         """Object mentions in caption order as (matched words, class)."""
         tokens = [self._normalise(t) for t in _TOKEN.findall(caption.lower())]
-        found: list[tuple[str, str]] = []
+        merged: list[str] = []
         i = 0
         while i < len(tokens):
-            for n in range(min(self.max_len, len(tokens) - i), 0, -1):
-                phrase = " ".join(tokens[i:i + n])
-                cls = self.phrases.get(phrase)
-                if cls is None and n == 2 and tokens[i] in _QUALIFIED:
-                    cls = self.phrases.get(tokens[i + 1])
-                    phrase = tokens[i + 1] if cls else phrase
-                if cls is not None:
-                    found.append((phrase, cls))
-                    i += n
-                    break
-            else:
-                i += 1
-        return found
+            pair = self.double.get(" ".join(tokens[i:i + 2])) if i + 1 < len(tokens) else None
+            merged.append(pair if pair is not None else tokens[i])
+            i += 2 if pair is not None else 1
+        if "toilet" in merged and "seat" in merged:  # "the seat of the toilet" is no chair
+            merged = [w for w in merged if w != "seat"]
+        return [(w, self.phrases[w]) for w in merged if w in self.phrases]
 
     def score(self, caption: str, gt_objects) -> ChairResult:
         gt = sorted(set(gt_objects))
@@ -158,10 +200,11 @@ def summarize(results: list[ChairResult]) -> dict:
     }
 
 
-def load_coco_instances(path) -> tuple[dict[str, set[str]], object]:
+def load_coco_instances(path, class_of=None) -> tuple[dict[str, set[str]], object]:
     """({str(image id): object classes}, resolve) from a COCO instances JSON (segmentation
     ground truth); `resolve` maps a caption's image_id (the id, zero-padded or not, the file
-    name or its stem) to its key, as for `eval coco`."""
+    name or its stem) to its key, as for `eval coco`. `class_of` names a category's class
+    (default `canonical_class`; a synonyms file's table maps "tv" to its own class name)."""
     import json
     from pathlib import Path
 
@@ -179,10 +222,11 @@ def load_coco_instances(path) -> tuple[dict[str, set[str]], object]:
     if not isinstance(data, dict) or not isinstance(data.get("categories"), list) \
             or not isinstance(data.get("annotations"), list):
         raise EdgecapError(f"{path}: expected COCO instances JSON with 'categories' and 'annotations'")
+    class_of = class_of or canonical_class
     names = {}
     for cat in data["categories"]:
         try:
-            names[cat["id"]] = canonical_class(cat["name"])
+            names[cat["id"]] = class_of(cat["name"])
         except (TypeError, KeyError):
             raise EdgecapError(f"{path}: category {cat!r} needs 'id' and 'name'") from None
     images = [img for img in data.get("images", []) if isinstance(img, dict) and "id" in img]

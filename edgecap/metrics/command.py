@@ -89,6 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ch.add_argument("--refs", metavar="FILE",
                     help="COCO: also count objects named in these Karpathy reference captions (Rohrbach et al.)")
     ch.add_argument("--split", help="Karpathy split of --refs (default test)")
+    ch.add_argument("--synonyms", metavar="FILE",
+                    help="COCO: the class vocabulary of a synonyms file in the CHAIR paper's format "
+                         "(its data/synonyms.txt gives the paper's numbers) instead of the built-in one")
     ch.add_argument("--out", metavar="DIR", help="write chair.json (summary and per caption)")
 
 
@@ -253,14 +256,19 @@ def run_chair(args) -> int:
     if args.acvr:
         from edgecap.data.acvr import normalize_image_id
 
-        if args.refs:
-            raise EdgecapError("--refs adds COCO reference-caption objects; it goes with --instances, not --acvr")
+        if args.refs or args.synonyms:
+            raise EdgecapError(f"{'--refs' if args.refs else '--synonyms'} is for COCO ground truth: "
+                               "it goes with --instances, not --acvr")
         areas, _ = _load_acvr(args.acvr, area=args.area)
         gt = {i: {c for c, a in v.items() if a >= args.min_area} for i, v in areas.items()}
         chair, normalize = Chair(classes=tuple(ACVR_CLASSES)), normalize_image_id
     else:
-        gt, normalize = load_coco_instances(args.instances)
-        chair = Chair(classes=COCO_CLASSES)
+        if args.synonyms:
+            chair = Chair.from_synonyms_file(args.synonyms)
+            gt, normalize = load_coco_instances(args.instances, lambda name: chair.phrases.get(name, name))
+        else:
+            chair = Chair(classes=COCO_CLASSES)
+            gt, normalize = load_coco_instances(args.instances)
         if args.refs:
             from edgecap.metrics.coco import load_references
 
