@@ -130,6 +130,7 @@ def test_a_synonyms_file_in_the_papers_format_gives_the_papers_mentions(tmp_path
         "a passenger train on the train tracks": ["train"],
         "a laptop on a desk near the television": ["dining table", "tv"],
         "a glass of wine next to a plant": [],
+        "two men, three women and their children": ["person", "person"],  # irregular plurals ("children" unlisted)
     }
     for caption, classes in cases.items():
         assert [c for _, c in chair.mentions(caption)] == classes, caption

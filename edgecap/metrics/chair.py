@@ -16,8 +16,10 @@ The built-in class vocabulary is the 80 COCO categories (the 30 ACVR classes are
 edgecap's synonyms (`edgecap.data.classes.NOUN_SYNONYMS` plus a short list for the other COCO
 classes). The paper's numbers use its own, longer table (`data/synonyms.txt`: "man", "woman",
 "rider" ... are persons; "glass", "plant", "dish" are not objects); `Chair.from_synonyms_file`
-reads that file (`edgecap eval chair --synonyms`), and then mentions equal the paper's code.
-No spaCy: matching is a dictionary lookup, so CHAIR is deterministic and fast.
+reads that file (`edgecap eval chair --synonyms`), and then mentions equal the paper's code's
+except where its singulariser (pattern.en) mangles a word: it turns "bus" into "bu", "ties"
+into "ty", "canoes" into "cano" and leaves "doggies" alone, so it never counts those; edgecap
+does (docs/evaluation.md). No spaCy: matching is a dictionary lookup, so CHAIR is deterministic and fast.
 """
 
 from __future__ import annotations
@@ -78,9 +80,17 @@ DOUBLE_WORDS: dict[str, str] = {
 _TOKEN = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
+# Irregular plurals captions use (the paper's code reduces them with pattern.en's singularize).
+_IRREGULAR = {"people": "person", "children": "child", "geese": "goose", "mice": "mouse", "feet": "foot",
+              "teeth": "tooth", "oxen": "ox", "dice": "die", "cacti": "cactus", "fungi": "fungus"}
+
+
 def _singular_candidates(word: str) -> list[str]:
-    """Possible singulars first, then the word itself ("glasses" -> "glass" before "glasses")."""
-    out = []
+    """Possible singulars first, then the word itself ("glasses" -> "glass" before "glasses");
+    only a candidate the vocabulary knows is used, so over-generating is harmless."""
+    out = [_IRREGULAR[word]] if word in _IRREGULAR else []
+    if word.endswith("men"):  # men, women, policemen
+        out.append(word[:-3] + "man")
     if word.endswith("ies") and len(word) > 4:
         out.append(word[:-3] + "y")
     if word.endswith("ves"):
