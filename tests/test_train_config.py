@@ -178,3 +178,30 @@ def test_adam_with_weight_decay_is_refused():
 
     with pytest.raises(EdgecapError, match="adamw"):
         make_optimizer("adam", [torch.nn.Parameter(torch.zeros(1))], 1e-3, (0.9, 0.98), weight_decay=0.01)
+
+
+@pytest.mark.parametrize("name", ["coco-m2", "coco-smart", "coco-smart-nomem", "coco-transformer"])
+def test_m2_family_configs_build_the_optimizers_of_the_m2_code(name):
+    """M2 train.py: XE `Adam(params, lr=1, betas=(0.9, 0.98))` (torch's eps 1e-8) under
+    LambdaLR(d_model^-0.5 * min(s^-0.5, s * 10000^-1.5)); SCST `Adam(params, lr=5e-6)`;
+    `NLLLoss(ignore_index=pad)`, no label smoothing."""
+    import torch
+
+    from edgecap.train.schedules import Constant, xe_schedule
+
+    cfg = load_config(Path(REPO) / "configs" / f"{name}.toml")
+    params = [torch.nn.Parameter(torch.zeros(1))]
+    xe = make_optimizer(cfg.optim.optimizer, params, 0.0, cfg.optim.betas, cfg.optim.eps, cfg.optim.weight_decay)
+    official = torch.optim.Adam(params, lr=1, betas=(0.9, 0.98))
+    for key in ("betas", "eps", "weight_decay", "amsgrad"):
+        assert xe.defaults[key] == official.defaults[key], key
+    assert type(xe) is torch.optim.Adam
+    d = 512
+    schedule = xe_schedule(cfg, d)
+    for s in (1, 10, 5000, 10000, 123456):
+        assert schedule(s) == pytest.approx(d ** -0.5 * min(s ** -0.5, s * 10000 ** -1.5))
+    scst = make_optimizer(cfg.scst.optimizer, params, cfg.scst.lr, cfg.scst.betas)
+    official = torch.optim.Adam(params, lr=5e-6)
+    for key in ("lr", "betas", "eps", "weight_decay"):
+        assert scst.defaults[key] == official.defaults[key], key
+    assert Constant(cfg.scst.lr)(1) == 5e-6 and cfg.scst.beam_size == 5 and cfg.scst.baseline == "mean"

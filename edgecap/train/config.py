@@ -73,7 +73,7 @@ class OptimSection:
     optimizer: str = "adam"
     lr: float = 1.0  # noam: a multiplier of d^-0.5 * min(...); otherwise the peak lr
     betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-9
+    eps: float = 1e-8  # torch's default, what the M2 code's Adam uses (Vaswani et al. wrote 1e-9)
     weight_decay: float = 0.0
     grad_clip: float = 0.0  # max gradient norm, 0 = off
 

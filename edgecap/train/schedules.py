@@ -6,7 +6,8 @@ uninterrupted run.
 
 - `noam`: the Transformer schedule used by M2 and SMArT,
       lr(s) = scale * d_model^-0.5 * min(s^-0.5, s * w^-1.5),   w = 10000 warm-up steps,
-  as in "Attention is all you need" and the M2 code. (Written with w^-0.5 the ramp would
+  as in "Attention is all you need" and the M2 code (whose LambdaLR sees s + 1 + epoch, not s:
+  docs/training.md). (Written with w^-0.5 the ramp would
   not meet s^-0.5 at s = w; the exponent is -1.5.) It peaks at scale * (d_model * w)^-0.5 at s = w:
   7.0e-4 for d = 512, w = 4000; 4.4e-4 for d = 512, w = 10000.
 - `warmup-constant-decay`: PMA-Net's shape: linear warm-up to the peak lr over `warmup`
