@@ -114,14 +114,23 @@ def test_metadata_whose_qos_differs_from_the_database_still_pairs_topics_by_name
 
 @pytest.mark.parametrize("storage, options", [
     ("sqlite3", {}), ("sqlite3", {"parts": 2, "compression": "message"}),
-    ("mcap", {"parts": 3, "compression": "file"})])
+    ("mcap", {"parts": 3, "compression": "file"}), ("mcap", {"preset": "fastwrite"})])
 def test_a_killed_recording_without_metadata_reads_its_storage_files(tmp_path, storage, options):
-    """A recorder killed (power loss, `kill -9`) never writes metadata.yaml; file compression
-    had packed every finished split but the last."""
+    """A recorder killed (power loss, `kill -9`) never writes metadata.yaml. File compression
+    had packed every finished split but the last, and was packing the one before it: its
+    <file>.zstd is half-written while <file> is still whole. `fastwrite` writes no chunks, so
+    a killed MCAP file holds every message up to the kill."""
     rec, shots = camera_recording("jazzy")
-    bag = record(tmp_path / "run1", rec, STORE, storage, killed=storage == "sqlite3", **options)
-    if storage == "mcap":  # killed after the last split was closed and compressed
+    killed_mcap = storage == "mcap" and "compression" in options
+    bag = record(tmp_path / "run1", rec, STORE, storage, killed=not killed_mcap, **options)
+    if killed_mcap:  # killed while packing run1_1.mcap, after the last split was closed
         (bag / "metadata.yaml").unlink()
+        packed = bag / "run1_1.mcap.zstd"
+        import zstandard
+
+        whole = zstandard.ZstdDecompressor().decompress(packed.read_bytes())
+        (bag / "run1_1.mcap").write_bytes(whole)
+        packed.write_bytes(packed.read_bytes()[: packed.stat().st_size // 2])
     good, bad, note = read_frames(bag)
     assert_every_frame(good, bad, shots)
     assert "has no metadata.yaml (recording stopped uncleanly?)" in note
@@ -175,8 +184,8 @@ def test_an_image_topic_recorded_without_its_definition_is_read_with_the_builtin
 def test_caption_log_has_what_foxglove_and_ros2_bag_need(tmp_path):
     """Read with the mcap library's own reader (the log is written through mcap-ros2-support):
     profile ros2, ros2msg schemas named as rosbag2 names types, CDR channels, statistics per
-    channel (what `ros2 bag info` and `play` read), and annotations decoded by a parser that
-    did not write them."""
+    channel (what `ros2 bag info` and `play` read), and annotations decoded from the embedded
+    definitions (tests/test_ros_logs.py reads the same kind of log with rosbags)."""
     import io
     import json
 
@@ -236,3 +245,17 @@ def test_a_file_compressed_recording_is_unpacked_outside_the_users_directory(tmp
     assert scratch.parent == Path(tempfile.gettempdir()) and any(scratch.iterdir())
     log.close()
     assert not scratch.exists() and sorted(p.name for p in bag.iterdir()) == listing
+
+
+def test_a_compressed_file_cut_short_is_named_as_the_user_has_it(tmp_path):
+    """Errors and notes name the user's <file>.zstd, never the temporary copy it was
+    unpacked to."""
+    rec, _ = camera_recording("jazzy")
+    bag = record(tmp_path / "run1", rec, STORE, "mcap", parts=2, compression="file")
+    packed = bag / "run1_1.mcap.zstd"
+    packed.write_bytes(packed.read_bytes()[: packed.stat().st_size * 6 // 10])
+    with pytest.raises(SourceOpenError) as err:
+        read_frames(bag)
+    message = str(err.value)
+    assert message.startswith(f"log {packed}: the compressed file ends before any of its content")
+    assert "\n" not in message and "edgecap-log-" not in message

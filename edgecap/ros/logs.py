@@ -149,9 +149,13 @@ def _storage_of(file: Path) -> str:
 
 
 def _storage_files(directory: Path) -> list[Path]:
-    """A rosbag2 directory's storage files (also file-compressed ones) in recording order."""
+    """A rosbag2 directory's storage files (also file-compressed ones) in recording order.
+    rosbag2 compresses a finished split into <file>.zstd and then deletes <file>: when both
+    are there the recorder was killed mid-compression, and <file> is the whole one."""
     files = [p for p in directory.iterdir() if p.is_file()
              and Path(p.name.lower().removesuffix(".zstd")).suffix in STORAGE_SUFFIXES]
+    names = {p.name for p in files}
+    files = [p for p in files if not (p.suffix == ".zstd" and p.stem in names)]
     return sorted(files, key=_split_order)
 
 
@@ -164,17 +168,18 @@ def _split_order(path: Path):
 
 def _open_storage(path: Path, storage: str, files: list[Path], compression: str) -> RobotLog:
     """The reader for rosbag2 storage files; `compression` is metadata.yaml's mode."""
-    scratch = None
+    scratch, origins = None, {}
     if compression == "file":
         scratch = tempfile.TemporaryDirectory(prefix="edgecap-log-")
         try:
-            files = [_unpacked(f, Path(scratch.name)) for f in files]
+            origins = {_unpacked(f, Path(scratch.name)): f for f in files}
         except BaseException:
             scratch.cleanup()
             raise
+        files = list(origins)
     try:
         if storage == "mcap":
-            return McapLog(path, files, scratch)
+            return McapLog(path, files, scratch, origins)
         if storage == "sqlite3":
             return SqliteLog(path, files, scratch)
         raise LogError(f"log {path}: storage {storage!r} is not supported; expected mcap or "
@@ -194,12 +199,17 @@ def _unpacked(file: Path, into: Path) -> Path:
     target = into / file.name[: -len(".zstd")]
     try:
         with file.open("rb") as src, target.open("wb") as dst:
-            zstandard.ZstdDecompressor().copy_stream(src, dst)
+            unpack = zstandard.ZstdDecompressor().decompressobj()
+            while block := src.read(1 << 20):
+                dst.write(unpack.decompress(block))
     except zstandard.ZstdError as exc:
         raise LogError(f"log {file}: does not decompress as zstd ({exc})") from None
     except OSError as exc:
         raise LogError(f"log {file}: cannot unpack it into {into} "
                        f"({exc.strerror or exc})") from None
+    if not unpack.eof and target.stat().st_size == 0:
+        raise LogError(f"log {file}: the compressed file ends before any of its content "
+                       "(copied or written only in part?)")
     return target
 
 
@@ -255,13 +265,15 @@ def _first_line(exc: BaseException) -> str:
 class McapLog(RobotLog):
     """One or more MCAP files read in order (a rosbag2 recording split into several files)."""
 
-    def __init__(self, path: Path, files: list[Path], scratch=None):
+    def __init__(self, path: Path, files: list[Path], scratch=None,
+                 origins: dict[Path, Path] | None = None):
         require("mcap", "ros", "reading MCAP logs")
         require("mcap_ros2", "ros", "reading MCAP logs")
         from mcap_ros2.decoder import DecoderFactory
 
         self.path = path
         self.scratch = scratch
+        self._origins = origins or {}   # unpacked file -> the user's <file>.zstd, for messages
         self.files = files
         self._decoders = DecoderFactory()
         self._by_schema: dict[tuple[Path, int], object] = {}
@@ -273,7 +285,7 @@ class McapLog(RobotLog):
             if indexed:
                 self._indexed_files.add(file)
             if damaged:
-                cut.append(file.name)
+                cut.append(self._shown(file).name)
             for channel_id, (topic, msgtype) in channels.items():
                 part = Topic(topic, msgtype, counts.get(channel_id),
                              *times.get(channel_id, (None, None)))
@@ -285,6 +297,9 @@ class McapLog(RobotLog):
         if not self.topics and cut:
             raise LogError(f"log {path}: the recording was cut short before any message "
                            "reached the file")
+
+    def _shown(self, file: Path) -> Path:
+        return self._origins.get(file, file)
 
     def _index(self, file: Path):
         """channels {id: (topic, type)}, counts {id: n}, times {id: (first, last)}, whether
@@ -309,9 +324,10 @@ class McapLog(RobotLog):
                     times = _chunk_times(summary)
                     return channels, counts, times, True, False
         except McapError as exc:
-            raise LogError(f"log {file}: not a readable MCAP file ({_first_line(exc)})") from None
+            raise LogError(f"log {self._shown(file)}: not a readable MCAP file "
+                           f"({_first_line(exc)})") from None
         except OSError as exc:
-            raise LogError(f"log {file}: cannot read ({exc.strerror or exc})") from None
+            raise LogError(f"log {self._shown(file)}: cannot read ({exc.strerror or exc})") from None
         # No summary (a recording cut short, or written without one): read it through once.
         channels, counts, times = {}, {}, {}
         for channel, schema, message in self._scan(file):
@@ -348,7 +364,7 @@ class McapLog(RobotLog):
                 # A recording killed before its first chunk reached the disk holds only the
                 # header (rosbag2 writes schemas and channels into chunks): cut, not corrupt.
                 if not channels and not header:
-                    raise LogError(f"log {file}: not a readable MCAP file "
+                    raise LogError(f"log {self._shown(file)}: not a readable MCAP file "
                                    f"({_first_line(exc)})") from None
 
     def messages(self, topic: str):
@@ -398,7 +414,7 @@ class McapLog(RobotLog):
                     count += 1
                     yield message.log_time, self._decode(file, schema, channel, message)
         except (McapError, ValueError, EOFError, OSError) as exc:
-            raise LogError(f"log {file}: damaged after {count} messages on {topic} "
+            raise LogError(f"log {self._shown(file)}: damaged after {count} messages on {topic} "
                            f"({_first_line(exc)}); {RECOVER_HINT}") from None
 
     def _recovered(self, file: Path, topic: str):
