@@ -21,8 +21,10 @@ def store():
     return rosbags_typesys.get_typestore(rosbags_typesys.Stores.LATEST)
 
 
-def _image(store, plane: np.ndarray, encoding: str, pad: int = 0, bigendian: int = 0):
-    """A sensor_msgs/Image through rosbags' CDR serialiser and back, as a log holds it."""
+def _image(store, plane: np.ndarray, encoding: str, pad: int = 0, bigendian: int = 0,
+           rows: int | None = None):
+    """A sensor_msgs/Image through rosbags' CDR serialiser and back, as a log holds it;
+    `rows` is the image height when the plane stores more rows (planar YUV)."""
     T = store.types
     height, width = plane.shape[:2]
     row = plane.reshape(height, -1).view(np.uint8)
@@ -31,7 +33,7 @@ def _image(store, plane: np.ndarray, encoding: str, pad: int = 0, bigendian: int
     msg = T["sensor_msgs/msg/Image"](
         header=T["std_msgs/msg/Header"](stamp=T["builtin_interfaces/msg/Time"](sec=5, nanosec=7),
                                         frame_id="cam"),
-        height=height, width=width, encoding=encoding, is_bigendian=bigendian,
+        height=rows or height, width=width, encoding=encoding, is_bigendian=bigendian,
         step=data.shape[1], data=data.reshape(-1))
     raw = store.serialize_cdr(msg, "sensor_msgs/msg/Image")
     return store.deserialize_cdr(raw, "sensor_msgs/msg/Image")
@@ -139,3 +141,20 @@ def test_packed_yuv_422_cameras_become_their_colour(store, encoding):
 def test_packed_yuv_with_an_odd_width_is_a_bad_frame(store):
     with pytest.raises(ImageDecodeError, match="uyvy needs an even width, not 5"):
         image_to_bgr(_image(store, np.zeros((2, 5, 2), np.uint8), "uyvy"))
+
+
+@pytest.mark.parametrize("encoding", ["nv12", "nv21"])
+def test_planar_yuv_420_becomes_its_colour(store, encoding):
+    # Y rows, then half as many rows of chroma pairs: U V (nv12) or V U (nv21).
+    colour = (40, 120, 220)
+    y, u, v = _bt601(colour)
+    height, width = 4, 6
+    luma = np.full((height, width), y, np.uint8)
+    pair = [u, v] if encoding == "nv12" else [v, u]
+    chroma = np.tile(np.array(pair, np.uint8), (height // 2, width // 2))
+    out = image_to_bgr(_image(store, np.vstack([luma, chroma]), encoding, pad=2, rows=height))
+    assert out.shape == (height, width, 3)
+    assert np.allclose(out.reshape(-1, 3), colour, atol=2)
+    swapped = "nv21" if encoding == "nv12" else "nv12"
+    wrong = image_to_bgr(_image(store, np.vstack([luma, chroma]), swapped, rows=height))
+    assert not np.allclose(wrong.reshape(-1, 3), colour, atol=10)

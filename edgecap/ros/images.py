@@ -2,8 +2,8 @@
 
 Works on any object with the messages' fields as attributes: messages decoded by rosbags or
 mcap-ros2-support, and rclpy's own (robot/ros2_caption_node.py). Raw encodings follow
-sensor_msgs/image_encodings.hpp (colour, mono, Bayer and packed YUV 4:2:2; planar NV12 / NV21
-and 16-bit colour are refused by name); 16-bit mono images map their full range onto 8 bits
+sensor_msgs/image_encodings.hpp (colour, mono, Bayer, packed YUV 4:2:2 and planar NV12 / NV21;
+NV24 and 16-bit colour are refused by name); 16-bit mono images map their full range onto 8 bits
 (v * 255 / 65535), as cv_bridge's depth conversion does, so no frame is stretched by its own
 contents. CompressedImage `format` is image_transport's ("jpeg", "png", or
 "bgr8; jpeg compressed bgr8"): jpeg and png are decoded; others (compressedDepth, h264) are
@@ -38,6 +38,10 @@ _RAW = {
     "yuv422": (1, 2, "COLOR_YUV2BGR_UYVY"),
     "yuyv": (1, 2, "COLOR_YUV2BGR_YUYV"),
     "yuv422_yuy2": (1, 2, "COLOR_YUV2BGR_YUYV"),
+    # Planar YUV 4:2:0 (Jetson / Isaac ROS cameras): `height` rows of Y, then height / 2 rows of
+    # interleaved chroma (U V for nv12, V U for nv21), each `step` bytes.
+    "nv12": (1, 1, "COLOR_YUV2BGR_NV12"),
+    "nv21": (1, 1, "COLOR_YUV2BGR_NV21"),
     # Bayer mosaics: OpenCV names a pattern by its second row, so RGGB is BayerBG.
     "bayer_rggb8": (1, 1, "COLOR_BayerBG2BGR"),
     "bayer_bggr8": (1, 1, "COLOR_BayerRG2BGR"),
@@ -45,6 +49,7 @@ _RAW = {
     "bayer_grbg8": (1, 1, "COLOR_BayerGB2BGR"),
 }
 RAW_ENCODINGS = tuple(_RAW)
+_HALF_CHROMA = ("nv12", "nv21")            # stored as height * 3 / 2 rows
 COMPRESSED_FORMATS = ("jpeg", "png")
 
 
@@ -81,12 +86,18 @@ def image_to_bgr(msg) -> np.ndarray:
         raise ImageDecodeError(f"{_where(msg)}: empty image ({width}x{height})")
     if channels == 2 and width % 2:
         raise ImageDecodeError(f"{_where(msg)}: {encoding} needs an even width, not {width}")
-    if step < row_bytes or data.size < step * (height - 1) + row_bytes:
+    stored = height
+    if encoding in _HALF_CHROMA:
+        if width % 2 or height % 2:
+            raise ImageDecodeError(f"{_where(msg)}: {encoding} needs an even width and height, "
+                                   f"not {width}x{height}")
+        stored = height * 3 // 2
+    if step < row_bytes or data.size < step * (stored - 1) + row_bytes:
         raise ImageDecodeError(f"{_where(msg)}: {data.size} bytes with step {step} cannot hold "
                                f"{width}x{height} {encoding}")
-    if data.size < step * height:  # the last row may omit its padding
-        data = np.concatenate([data, np.zeros(step * height - data.size, np.uint8)])
-    rows = data[: step * height].reshape(height, step)[:, :row_bytes]
+    if data.size < step * stored:  # the last row may omit its padding
+        data = np.concatenate([data, np.zeros(step * stored - data.size, np.uint8)])
+    rows = data[: step * stored].reshape(stored, step)[:, :row_bytes]
     if depth == 2:
         order = ">" if int(getattr(msg, "is_bigendian", 0)) else "<"
         wide = np.ascontiguousarray(rows).view(f"{order}u2").reshape(height, width)
