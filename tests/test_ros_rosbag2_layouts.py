@@ -259,3 +259,14 @@ def test_a_compressed_file_cut_short_is_named_as_the_user_has_it(tmp_path):
     message = str(err.value)
     assert message.startswith(f"log {packed}: the compressed file ends before any of its content")
     assert "\n" not in message and "edgecap-log-" not in message
+
+
+def test_an_image_topic_that_recorded_nothing_is_listed_with_zero_messages(tmp_path):
+    # `ros2 bag record -a` creates a channel for every advertised topic, published or not.
+    rec, _ = camera_recording("jazzy")
+    rec.topics.append(Topic("/camera/depth/image_rect_raw", IMAGE, []))
+    bag = record(tmp_path / "run1", rec, STORE, "mcap")
+    with pytest.raises(SourceOpenError) as err:
+        make_source(str(bag)).open()
+    assert "/camera/depth/image_rect_raw (Image, 0 msgs)" in str(err.value)
+    assert f"/camera/image_raw (Image, {N} msgs)" in str(err.value)

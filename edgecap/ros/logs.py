@@ -319,8 +319,9 @@ class McapLog(RobotLog):
                     channels = {cid: (c.topic, summary.schemas[c.schema_id].name
                                       if c.schema_id in summary.schemas else "")
                                 for cid, c in summary.channels.items()}
-                    stats = summary.statistics
-                    counts = dict(stats.channel_message_counts) if stats else {}
+                    stats = summary.statistics  # lists only channels that got messages
+                    counts = {cid: stats.channel_message_counts.get(cid, 0)
+                              for cid in channels} if stats else {}
                     times = _chunk_times(summary)
                     return channels, counts, times, True, False
         except McapError as exc:
