@@ -8,9 +8,9 @@ storage and in SQLite3 storage; zstd chunks for MCAP as `ros2 bag record` does),
 CompressedImage jpeg, and times reading every image of the topic into an OpenCV BGR frame
 (what `edgecap run` does per message) with each reader that supports the storage:
 
-    mcap       mcap SeekingReader + mcap-ros2-support decoder (edgecap.ros.logs.McapLog)
-    rosbags    rosbags + its CDR deserialiser: AnyReader on MCAP (edgecap.ros.logs.RosbagsLog),
-               its SQLite3 storage reader on .db3 files (edgecap.ros.logs.SqliteLog)
+    mcap       mcap SeekingReader + mcap-ros2-support decoder (edgecap.ros.mcap_log.McapLog)
+    rosbags    rosbags + its CDR deserialiser: AnyReader on MCAP (edgecap.ros.rosbags_log.RosbagsLog),
+               its SQLite3 storage reader on .db3 files (edgecap.ros.rosbags_log.SqliteLog)
 
 Reports the median over `--repeats` after a warm-up read, per message and as a ratio, and
 writes results/log_read/log_read.json and .md.
@@ -117,7 +117,8 @@ def read_all(log, topic: str, msgtype: str) -> int:
 
 
 def readers_for(storage: str, path: Path):
-    from edgecap.ros.logs import McapLog, RosbagsLog, SqliteLog
+    from edgecap.ros.mcap_log import McapLog
+    from edgecap.ros.rosbags_log import RosbagsLog, SqliteLog
 
     mcaps = [path] if path.suffix == ".mcap" else sorted(path.glob("*.mcap"))
     if not mcaps:

@@ -1,0 +1,108 @@
+"""What every robot-log reader shares: the reader interface, topics, the one error type, and
+the decoding of a message's bytes (rosbag2's message compression, built-in image definitions)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgecap.errors import EdgecapError, require
+
+RECOVER_HINT = "repair it with `mcap recover` or `ros2 bag reindex`"
+
+
+class LogError(EdgecapError):
+    """A log that cannot be read: missing, not a log, corrupt, or broken mid-way."""
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    msgtype: str                 # ROS 2 spelling: sensor_msgs/msg/Image
+    count: int | None            # messages on the topic, when the log says
+    start_ns: int | None = None  # log time of its first and last message, when known
+    end_ns: int | None = None
+
+    @property
+    def rate(self) -> float | None:
+        """Mean message rate in Hz, when the log says enough to know it."""
+        if not self.count or self.count < 2 or self.start_ns is None or self.end_ns is None \
+                or self.end_ns <= self.start_ns:
+            return None
+        return (self.count - 1) / ((self.end_ns - self.start_ns) / 1e9)
+
+    def joined(self, later: Topic) -> Topic:
+        """This topic followed by its part in the next file of a split recording."""
+        count = None if self.count is None or later.count is None else self.count + later.count
+        first = self.start_ns if self.start_ns is not None else later.start_ns
+        last = later.end_ns if later.end_ns is not None else self.end_ns
+        return Topic(self.name, self.msgtype or later.msgtype, count, first, last)
+
+
+class RobotLog:
+    """A log opened for reading; `topics` maps topic name to Topic."""
+
+    path: Path
+    topics: dict[str, Topic]
+    note: str | None = None      # something the user should know (a recording cut short)
+    scratch: tempfile.TemporaryDirectory | None = None   # unpacked files, removed on close
+
+    def messages(self, topic: str) -> Iterator[tuple[int, object | None]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._close_readers()
+        if self.scratch is not None:
+            self.scratch.cleanup()
+            self.scratch = None
+
+    def _close_readers(self) -> None:
+        pass
+
+    def add_note(self, text: str | None) -> None:
+        self.note = "; ".join(filter(None, [self.note, text])) or None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def payload(data: bytes) -> bytes | None:
+    """A message's CDR bytes, decompressed when rosbag2 stored it zstd-compressed
+    (`--compression-mode message`); None when that does not decompress."""
+    if bytes(data[:4]) != ZSTD_MAGIC:
+        return data
+    zstandard = require("zstandard", "ros", "reading compressed rosbag2 logs")
+    try:
+        return zstandard.ZstdDecompressor().decompress(data)
+    except zstandard.ZstdError:
+        return None
+
+
+_STORE = None
+
+
+def builtin_decoder(msgtype: str):
+    """Deserialise CDR bytes of `msgtype` with rosbags' latest ROS 2 definitions. The image
+    messages have had the same fields since ROS 2's first release, so this reads any distro's."""
+    global _STORE
+    if _STORE is None:
+        require("rosbags", "ros", "ROS 2 message definitions")
+        from rosbags.typesys import Stores, get_typestore
+
+        _STORE = get_typestore(Stores.LATEST)
+    if msgtype not in _STORE.fielddefs:
+        return None
+    return lambda data: _STORE.deserialize_cdr(data, msgtype)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
