@@ -12,7 +12,15 @@ One exported bundle (random weights, the latency benchmark's model and inputs), 
   and from a copy optimised ahead of time (ORT_ENABLE_EXTENDED, saved; ALL-level layouts are
   hardware-specific), medians over repeats;
 - spinning: ms of a whole caption batch (encode + beam decode) and the process CPU ms it costs,
-  with idle intra-op threads busy-waiting (onnxruntime's default) or sleeping.
+  with idle intra-op threads busy-waiting (onnxruntime's default) or sleeping;
+- attention (`--fused-attention`): ms of one decoder step, the exported graph against the same
+  graph with its attention blocks rewritten as onnxruntime's fused CPU kernels
+  (`benchmarks/_fused_attention.py`: an experiment, not part of export), timed interleaved in one process, every buffer bound once as the
+  runtime binds it, at a mid-caption step (half the cache filled). Variants: `mha`
+  (MultiHeadAttention everywhere, layouts unchanged: the transposed keys are transposed back
+  in the graph), `mha-bnsh` (the same with the cache and cross keys in the kernel's layout) and
+  `gqa-bnsh` (self-attention as GroupQueryAttention writing the new slot into the cache in
+  place, cross-attention as MultiHeadAttention).
 """
 
 from __future__ import annotations
@@ -41,10 +49,16 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "ort_settings"))
     p.add_argument("--quick", action="store_true", help="tiny model, two repeats: keeps the script working in tests")
+    p.add_argument("--fused-attention", action="store_true",
+                   help="also time one decoder step, the exported graph against its fused-attention rewrites")
+    p.add_argument("--only", choices=("fused-attention",), default=None,
+                   help="measure only this section (skips fusions, start and spinning)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats = min(args.repeats, 2)
     args.stop_at_eos = False
+    if args.only:
+        args.fused_attention = True
     return args
 
 
@@ -117,6 +131,76 @@ def spinning(model, args, bundle_dir: Path) -> dict:
     return result
 
 
+ATTENTION_VARIANTS = {"mha": {}, "mha-bnsh": {"bnsh": True}, "gqa-bnsh": {"self_kernel": "gqa", "bnsh": True}}
+
+
+class _BoundStep:
+    """One decoder-step graph in a session with every input and output bound to a numpy buffer
+    once, as `edgecap.runtime` binds it; a graph whose self-attention writes the cache in place
+    (`<cache>.present` outputs) gets those outputs bound onto the cache inputs."""
+
+    def __init__(self, path: Path, threads: int, step: int):
+        import numpy as np
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.binding = self.session.io_binding()
+        rng = np.random.default_rng(0)
+        self.buffers = {}
+        for i in self.session.get_inputs():
+            if i.name == "step":
+                value = np.array(step, np.int64)
+            elif i.type == "tensor(int64)":
+                value = rng.integers(0, 100, i.shape).astype(np.int64)
+            elif i.type == "tensor(bool)":
+                value = np.ones(i.shape, bool)
+            else:
+                value = rng.standard_normal(i.shape).astype(np.float32)
+            self.buffers[i.name] = value
+            self.binding.bind_cpu_input(i.name, value)
+        for o in self.session.get_outputs():
+            present = o.name.removesuffix(".present")
+            value = self.buffers[present] if present != o.name else np.empty(o.shape, np.int64 if "int" in o.type else np.float32)
+            self.buffers[o.name] = value
+            self.binding.bind_output(o.name, "cpu", 0, value.dtype, list(value.shape), value.ctypes.data)
+
+    def __call__(self):
+        self.session.run_with_iobinding(self.binding)
+
+
+def attention_steps(step_graph: Path, scratch: Path, threads: int, repeats: int, steps_per_repeat: int = 20) -> dict:
+    """ms per decoder step of the exported graph and of each fused-attention rewrite, timed in
+    turns (one block of steps each, `repeats` rounds) so a disturbance hits them all alike."""
+    import onnx
+    from _fused_attention import fuse_attention
+
+    graphs, blocks = {"plain": step_graph}, {}
+    for name, options in ATTENTION_VARIANTS.items():
+        model, counts = fuse_attention(onnx.load(str(step_graph)), **options)
+        graphs[name] = scratch / f"{step_graph.stem}.{name}.onnx"
+        onnx.save(model, str(graphs[name]))
+        blocks[name] = dict(counts)
+    step = onnx.load(str(step_graph), load_external_data=False)
+    half = next((d.dim_value for i in step.graph.input if i.name.startswith("self_v")
+                 for d in i.type.tensor_type.shape.dim[-2:-1]), 2) // 2
+    runs = {name: _BoundStep(path, threads, half) for name, path in graphs.items()}
+    times = {name: [] for name in runs}
+    for run in runs.values():
+        timed(run, 0, 10)
+    for _ in range(repeats):
+        for name, run in runs.items():
+            times[name].append(sum(timed(run, steps_per_repeat, 0)) / steps_per_repeat)
+    plain = summary(times["plain"])["median_ms"]
+    out = {}
+    for name in runs:
+        ms = summary(times[name])["median_ms"]
+        out[name] = {"step_ms": ms, "vs_plain": ms / plain, "nodes": len(onnx.load(str(graphs[name])).graph.node),
+                     "fused_blocks": blocks.get(name, {})}
+    return out
+
+
 def main(argv=None) -> int:
     import torch
 
@@ -139,11 +223,18 @@ def main(argv=None) -> int:
             graphs = [root / g.file for g in bundle.manifest.graphs if g.file.endswith(".onnx")]
             scratch = workdir / f"scratch-{precision}"
             scratch.mkdir()
-            report["bundles"][precision] = {
-                "fusions": {g.stem: fusions(g, scratch, args.threads) for g in graphs},
-                "start": start_seconds(graphs, scratch, args.threads, args.repeats),
-                "spinning": spinning(model, args, root),
-            }
+            sections = {}
+            if not args.only:
+                sections = {
+                    "fusions": {g.stem: fusions(g, scratch, args.threads) for g in graphs},
+                    "start": start_seconds(graphs, scratch, args.threads, args.repeats),
+                    "spinning": spinning(model, args, root),
+                }
+            if args.fused_attention:
+                print(f"{args.model} {precision}: timing fused attention ...", flush=True)
+                sections["attention"] = attention_steps(root / "decoder_step.onnx", scratch, args.threads,
+                                                        max(args.repeats, 3))
+            report["bundles"][precision] = sections
     write_json(out / "ort_settings.json", report)
     write_text_atomic(out / "ort_settings.md", markdown(report))
     print(markdown(report))
@@ -152,6 +243,25 @@ def main(argv=None) -> int:
 
 
 def markdown(report: dict) -> str:
+    lines = []
+    if all("fusions" in b for b in report["bundles"].values()):
+        lines += settings_markdown(report)
+    attention = {p: b["attention"] for p, b in report["bundles"].items() if "attention" in b}
+    if attention:
+        a = report["args"]
+        lines += ["" if lines else f"{a['model']}, batch {a['batch']}, beam {a['beam']}: ms per decoder step "
+                  "(x the exported graph's), fused blocks", "",
+                  "| precision | plain | " + " | ".join(ATTENTION_VARIANTS) + " |",
+                  "|---" * (len(ATTENTION_VARIANTS) + 2) + "|"]
+        for precision, variants in attention.items():
+            cells = [f"{variants['plain']['step_ms']:.2f} ({variants['plain']['nodes']} nodes)"]
+            cells += [f"{variants[v]['step_ms']:.2f} ({variants[v]['vs_plain']:.2f}x, {variants[v]['nodes']} nodes)"
+                      for v in ATTENTION_VARIANTS]
+            lines.append(f"| {precision} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def settings_markdown(report: dict) -> list[str]:
     lines = ["| precision | graph | nodes | after onnxruntime | fused in session | transformers optimizer |",
              "|---|---|---|---|---|---|"]
     for precision, b in report["bundles"].items():
@@ -166,7 +276,7 @@ def markdown(report: dict) -> str:
         lines.append(f"| {precision} | {s['optimised_at_start_ms']:.0f} ms | {s['optimised_ahead_ms']:.0f} ms | "
                      f"{p['spin']['ms']:.1f} | {p['spin']['cpu_ms']:.1f} | {p['no_spin']['ms']:.1f} | "
                      f"{p['no_spin']['cpu_ms']:.1f} |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 if __name__ == "__main__":
