@@ -28,7 +28,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="write the captions as COCO results JSON [{image_id, caption}] "
                              "(what edgecap eval coco --captions reads)")
-    parser.add_argument("--beam", type=int, default=3, help="beam size (1 = greedy)")
+    parser.add_argument("--beam", type=int, default=3, help="beam size (1 = greedy; default 3)")
     parser.add_argument("--batch", type=int, default=16, help="images per forward pass (default 16)")
     parser.add_argument("--max-len", type=int, default=None,
                         help="longest caption in tokens, 2..the checkpoint's (default: the checkpoint's)")
