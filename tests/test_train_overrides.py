@@ -69,6 +69,31 @@ def test_data_points_the_config_at_a_dataset_folder(tmp_path):
     assert c.text.startswith(f"# {DEMO} with --data {folder} --set data.batch_size=4\n")
 
 
+def test_export_from_another_directory_checks_parity_on_the_relative_data_it_trained_on(
+        tmp_path, run_cli, monkeypatch):
+    """`--data data/mine` is relative to where training ran; the export a CI job or a second
+    shell runs from elsewhere must still find it, not fall back to random noise."""
+    from _train_tiny import tiny_config
+
+    from edgecap.train.config import to_toml
+
+    work = tmp_path / "workstation"
+    _dataset(work / "data" / "mine")
+    config = work / "tiny.toml"
+    config.write_text(to_toml(tiny_config(tmp_path / "unused", schedule={"epochs": 1}).to_dict()))
+    monkeypatch.chdir(work)
+    code, _, err = run_cli("train", "--config", "tiny.toml", "--data", "data/mine", "--out", "run", "--quiet")
+    assert code == 0, err
+    elsewhere = tmp_path / "ci"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, stdout, err = run_cli("export", work / "run" / "best.pt", "--engine", "onnx", "--out", "b",
+                                "--samples", 1, "--quiet")
+    assert code == 0, err
+    assert f"parity inputs: the training data {work / 'data' / 'mine' / 'dataset_coco.json'}" in stdout
+    assert "WARNING" not in stdout
+
+
 def test_data_for_a_features_model_needs_its_hdf5(tmp_path):
     folder = _dataset(tmp_path / "mine")
     coco = Path(REPO) / "configs" / "coco-smart.toml"

@@ -315,8 +315,10 @@ class Trainer:
 
     def _meta(self, val: float | None = None) -> dict:
         s = self.state
+        # the config's relative data paths are relative to where training ran: export, run
+        # from elsewhere, still finds the data for its parity gate
         meta = {"step": s.step, "phase": s.phase, "epoch": s.epoch, "batch": s.batch,
-                "train_config": self.cfg.to_dict()}
+                "train_config": self.cfg.to_dict(), "train_cwd": os.getcwd()}
         if self.features_provenance:  # which front end made the features (export attaches it)
             meta["features_provenance"] = self.features_provenance
         if val is not None:
