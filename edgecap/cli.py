@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("edgecap.metrics.command", "evaluate captions: ACVR object coverage, COCO metrics, CHAIR"),
     "run": ("edgecap.runtime.command", "caption a camera, stream, video, folder or synth:// with a bundle (no torch)"),
     "demo": ("edgecap.export.demo_command", "export the demo model and caption the synthetic world live"),
-    "features": ("edgecap.data.features_command", "precompute open_clip grid features into HDF5 (M2 layout)"),
+    "features": ("edgecap.data.features_command", "precompute a front end's grid features into HDF5 (M2 layout)"),
     "import-m2": ("edgecap.models.import_m2_command", "convert an official M2 Transformer checkpoint to edgecap"),
     "index": ("edgecap.retrieval.command", "build the RA-Transformer caption retrieval index (FAISS)"),
 }
@@ -43,6 +43,16 @@ def _top_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def describe_actions(parser: argparse.ArgumentParser) -> None:
+    """`edgecap eval coco --help` opens with the line `edgecap eval --help` lists it with."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                sub = action.choices[choice.dest]
+                sub.description = sub.description or choice.help
+                describe_actions(sub)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-"):
@@ -58,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"edgecap {name}", description=help_text)
     module.add_arguments(parser)
+    describe_actions(parser)
     args = parser.parse_args(rest)
     try:
         # SIGTERM (service managers, CI, `kill`) unwinds like Ctrl-C: temporaries are removed

@@ -43,6 +43,9 @@ from edgecap.errors import EdgecapError
 WORK_SUFFIX = ".edgecap-tmp"
 LOCK_NAME = "lock"
 OLD_NAME = "old"
+# the new content is written under its own folder of the work directory, so no target name
+# ("lock", "old") can land on the lock file or the displaced copy of the target
+NEW_NAME = "new"
 # errors that mean "cannot write there" wherever they happen, and those that do when they
 # name a path we are writing; both are reported in one line instead of a traceback
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
@@ -323,6 +326,7 @@ class WorkDir:
                 os.write(self.fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                               "target": str(self.target)}).encode())
                 os.replace(pending, self.path / LOCK_NAME)
+                (self.path / NEW_NAME).mkdir()
         except OSError as exc:
             self.close()
             raise write_error(exc, self.target, flag) or exc from None
@@ -331,7 +335,7 @@ class WorkDir:
         """Where to write the target's content: its own name (so writers that look at the
         extension see the right one), plus `suffix` when it does not end with it already."""
         name = self.target.name
-        return self.path / (name if not suffix or name.endswith(suffix) else name + suffix)
+        return self.path / NEW_NAME / (name if not suffix or name.endswith(suffix) else name + suffix)
 
     def commit(self, tmp: Path) -> None:
         """Rename the finished `tmp` onto the target."""

@@ -20,3 +20,66 @@ def test_help_lists_commands(run_cli):
     code, out, _ = run_cli()
     assert code == 0
     assert "models" in out and "caption" in out
+
+
+def _command_parsers():
+    """(name, parser) of every command and action, built as `edgecap NAME --help` builds them."""
+    import argparse
+    import importlib
+
+    from edgecap.cli import COMMANDS, describe_actions
+
+    for name, (module, help_text) in COMMANDS.items():
+        parser = argparse.ArgumentParser(prog=f"edgecap {name}", description=help_text)
+        importlib.import_module(module).add_arguments(parser)
+        describe_actions(parser)
+        todo = [(f"edgecap {name}", parser)]
+        while todo:
+            prog, p = todo.pop()
+            yield prog, p
+            for action in p._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    todo += [(f"{prog} {sub}", sp) for sub, sp in action.choices.items()]
+
+
+def test_every_option_is_documented_with_its_default():
+    """`edgecap X --help` is the reference a user reads first: every command and action says
+    what it does, every option has a help line, and an option that has a default names it."""
+    import argparse
+
+    missing = []
+    for prog, parser in _command_parsers():
+        if not parser.description:
+            missing.append(f"{prog}: no description")
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction, argparse._VersionAction)):
+                continue
+            option = "/".join(action.option_strings) or action.dest
+            if not action.help:
+                missing.append(f"{prog} {option}: no help")
+            elif (action.option_strings and action.nargs != 0 and action.default not in (None, "", [])
+                  and "default" not in action.help):
+                missing.append(f"{prog} {option}: default {action.default!r} not shown")
+    assert missing == []
+
+
+def test_an_action_help_opens_with_what_it_does(capsys):
+    import pytest
+
+    from edgecap.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["eval", "coco", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "BLEU-1..4, METEOR, ROUGE-L, CIDEr-D" in out.split("options:")[0]
+
+
+def test_python_dash_m_edgecap_is_the_edgecap_command(python, tmp_path):
+    import subprocess
+
+    done = subprocess.run([python, "-m", "edgecap", "--version"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("edgecap ")
+    done = subprocess.run([python, "-m", "edgecap", "modles"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and "did you mean 'models'" in done.stderr

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -53,10 +54,11 @@ def test_target_preset_exports_and_prints_the_run_command(run_cli, ckpt, tmp_pat
 def test_image_bundle_prints_edgecap_run(run_cli, tmp_path):
     ckpt = save_tiny(tmp_path / "cnn.pt", "smart-nomem", visual={"kind": "cnn", "image_size": 16, "channels": [8, 24]},
                      n_regions=16)
-    out = tmp_path / "cnn-bundle"
+    out = tmp_path / "robot bundles" / "cnn-bündle"  # the printed command pastes into a shell as it is
     code, stdout, err = run_cli("export", ckpt, "--engine", "onnx", "--out", out, "--samples", 1, "--quiet")
     assert code == 0, err
-    assert f"edgecap run {out} --source" in stdout
+    run_it = next(line for line in stdout.splitlines() if line.startswith("run it: "))
+    assert shlex.split(run_it.split("   (")[0])[2:] == ["edgecap", "run", str(out), "--source", "0"]
     assert load_manifest(out).preprocessing.size == 16
 
 

@@ -115,6 +115,29 @@ def test_failed_body_leaves_nothing_and_keeps_the_old_target(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
 
 
+@pytest.mark.parametrize("name", [OLD_NAME, LOCK_NAME, "new"])
+def test_an_output_named_like_the_work_dirs_own_files_is_written_and_replaced(tmp_path, name):
+    """`--out old --force` over an earlier bundle, a world written to `data/lock`, captions
+    to a file called `new`: the work directory's lock file and the displaced copy of the
+    target have names of their own, so no output name lands on them."""
+    target = _bundle(tmp_path / name, note="previous")
+    with atomic_dir(target, BUNDLE, force=True) as tmp:
+        (tmp / "manifest.json").write_text(json.dumps({"format": "edgecap-bundle", "note": "new"}))
+    assert json.loads((target / "manifest.json").read_text())["note"] == "new"
+    with atomic_path(tmp_path / "sub" / name) as tmp:
+        tmp.write_text("captions")
+    assert (tmp_path / "sub" / name).read_text() == "captions"
+    assert _work_dirs(tmp_path) == [] and _work_dirs(tmp_path / "sub") == []
+
+
+def test_edgecap_data_synth_force_over_a_world_named_old(tmp_path, run_cli):
+    for extra in ((), ("--force",)):
+        code, _, err = run_cli("data", "synth", "--out", tmp_path / "old", "--images", 2, "--sequences", 1,
+                               "--frames-per-sequence", 1, "--video-frames", 0, "--quiet", *extra)
+        assert code == 0, err
+    assert (tmp_path / "old" / "dataset_coco.json").is_file() and _work_dirs(tmp_path) == []
+
+
 def test_new_directories_and_files_get_normal_permissions(tmp_path):
     umask = os.umask(0o022)
     try:

@@ -43,9 +43,11 @@ def test_flags_override_the_config_and_paths_are_relative_to_it(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ('sorce = "0"', "unknown key 'sorce' (did you mean 'source'?)"),
-    ('beam = "three"', "beam = 'three' has the wrong type"),
-    ("quiet = 1", "quiet = 1 has the wrong type"),
-    ("beam = true", "wrong type"),
+    ('beam = "three"', "beam = 'three' has the wrong type: expected an integer"),
+    ("quiet = 1", "quiet = 1 has the wrong type: expected true or false"),
+    ("beam = true", "wrong type: expected an integer"),
+    ("source = 0", "source = 0 has the wrong type: expected a string in quotes"),
+    ('max_fps = "5"', "max_fps = '5' has the wrong type: expected a number"),
     ("beam = [", "invalid TOML"),
 ])
 def test_bad_config_names_the_key(tmp_path, text, message):

@@ -1,5 +1,6 @@
 """`edgecap train --set key=value` and `--data DIR`: change a config without editing its TOML."""
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,31 @@ def test_data_points_the_config_at_a_dataset_folder(tmp_path):
     assert c.text.startswith(f"# {DEMO} with --data {folder} --set data.batch_size=4\n")
 
 
+def test_export_from_another_directory_checks_parity_on_the_relative_data_it_trained_on(
+        tmp_path, run_cli, monkeypatch):
+    """`--data data/mine` is relative to where training ran; the export a CI job or a second
+    shell runs from elsewhere must still find it, not fall back to random noise."""
+    from _train_tiny import tiny_config
+
+    from edgecap.train.config import to_toml
+
+    work = tmp_path / "workstation"
+    _dataset(work / "data" / "mine")
+    config = work / "tiny.toml"
+    config.write_text(to_toml(tiny_config(tmp_path / "unused", schedule={"epochs": 1}).to_dict()))
+    monkeypatch.chdir(work)
+    code, _, err = run_cli("train", "--config", "tiny.toml", "--data", "data/mine", "--out", "run", "--quiet")
+    assert code == 0, err
+    elsewhere = tmp_path / "ci"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, stdout, err = run_cli("export", work / "run" / "best.pt", "--engine", "onnx", "--out", "b",
+                                "--samples", 1, "--quiet")
+    assert code == 0, err
+    assert f"parity inputs: the training data {work / 'data' / 'mine' / 'dataset_coco.json'}" in stdout
+    assert "WARNING" not in stdout
+
+
 def test_data_for_a_features_model_needs_its_hdf5(tmp_path):
     folder = _dataset(tmp_path / "mine")
     coco = Path(REPO) / "configs" / "coco-smart.toml"
@@ -94,7 +120,7 @@ def test_cli_trains_with_set_and_data(tmp_path, run_cli):
     folder = _dataset(tmp_path / "data")
     config = tmp_path / "tiny.toml"
     config.write_text(to_toml(tiny_config(tmp_path / "unused", schedule={"epochs": 3}).to_dict()))
-    out = tmp_path / "run"
+    out = tmp_path / "my run"  # the suggested fix below must paste into a shell as it is printed
     code, stdout, err = run_cli("train", "--config", config, "--data", folder, "--set", "schedule.epochs=1",
                                 "--set", "data.batch_size=8", "--out", out, "--quiet")
     assert code == 0, err
@@ -104,7 +130,9 @@ def test_cli_trains_with_set_and_data(tmp_path, run_cli):
     assert stored.schedule.epochs == 1 and stored.data.karpathy == str(folder / "dataset_coco.json")
     # resuming with the same changes matches the stored config; without them it is refused
     code, _, err = run_cli("train", "--config", config, "--out", out, "--resume", "--quiet")
-    assert code == 1 and "data.batch_size (8 -> 4)" in err and f"resume with --config {out / 'config.toml'}" in err
+    assert code == 1 and "data.batch_size (8 -> 4)" in err
+    suggested = shlex.split(err.split("resume with ")[1].split(" (")[0])
+    assert suggested == ["--config", str(out / "config.toml")]
     code, stdout, err = run_cli("train", "--config", out / "config.toml", "--out", out, "--resume", "--quiet")
     assert code == 0 and "finished at step 3" in stdout, err
     code, _, err = run_cli("train", "--config", config, "--set", "schedule.epochs=one")

@@ -1,6 +1,7 @@
 """Exact resume: N steps straight == N/2 steps, stop, --resume, N/2 steps (losses, weights)."""
 
 import json
+import shlex
 
 import pytest
 import torch
@@ -131,11 +132,14 @@ def test_cli_names_the_checkpoint_to_use_after_a_stop(world, tmp_path, run_cli):
 
     config = tmp_path / "tiny.toml"
     config.write_text(to_toml(tiny_config(world, schedule={"epochs": 1}).to_dict()))
-    out = tmp_path / "run"
+    out = tmp_path / "my rün"  # the printed next step must paste into a shell as it is
     code, stdout, err = run_cli("train", "--config", config, "--out", out, "--max-steps", 2, "--quiet")
     assert code == 0, err
     assert f"checkpoint: {out / 'best.pt'} (step 2, xe, validation CIDEr-D" in stdout
     assert "validated when --max-steps stopped the run" in stdout
-    assert f"next: edgecap export {out / 'best.pt'}" in stdout and "--resume" in stdout
+    next_step = next(line for line in stdout.splitlines() if line.startswith("next: "))
+    assert shlex.split(next_step.split("   (")[0])[1:] == ["edgecap", "export", str(out / "best.pt"),
+                                                         "--target", "cpu-ort-fp32"]
+    assert "--resume" in stdout
     code, stdout, err = run_cli("export", out / "best.pt", "--engine", "onnx", "--samples", 1, "--quiet")
     assert code == 0, err

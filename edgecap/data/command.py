@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     synth.add_argument("--quiet", action="store_true", help="no progress bar")
     sheet = sub.add_parser("sheet", help="render a contact sheet of example scenes with captions")
     sheet.add_argument("--out", required=True, help="PNG file to write")
-    sheet.add_argument("--seed", type=int, default=0)
+    sheet.add_argument("--seed", type=int, default=0, help="random seed of the scenes (default 0)")
     sheet.add_argument("--grid", type=int, default=4, help="tiles per side (default 4)")
     sheet.add_argument("--size", type=int, default=128, help="rendered tile size (default 128)")
 

@@ -37,9 +37,9 @@ def add_arguments(parser) -> None:
     p.add_argument("--split-file", required=True, help="Karpathy dataset_coco.json")
     p.add_argument("--out", required=True, help="HDF5 file to write (appended to when it exists)")
     p.add_argument("--splits", default="", help="comma-separated splits to keep (default: all)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--dtype", default="float32", choices=("float32", "float16"), help="storage dtype")
+    p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the front end runs (default cpu)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16"), help="storage dtype (default float32)")
 
 
 @dataclass(frozen=True)

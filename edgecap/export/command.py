@@ -8,6 +8,7 @@ engines of an existing bundle from its ONNX graphs (on the robot, where no check
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from edgecap.export.formats import CHOICES, FORMATS, SUPPORTED_OPSETS
@@ -80,7 +81,7 @@ def run(args) -> int:
     for line in _summary(result):
         print(line)
     if result.manifest.input == "images":
-        print(f"run it: edgecap run {result.path} --source 0   (camera 0; or a video, folder, synth://tabletop)")
+        print(f"run it: edgecap run {shlex.quote(str(result.path))} --source 0   (camera 0; or a video, folder, synth://tabletop)")
     else:
         print(f"this bundle reads precomputed features: load it with "
               f"edgecap.runtime.session.Bundle.load({str(result.path)!r}) (edgecap run needs an image bundle)")

@@ -27,7 +27,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--frames", type=int, default=60, help="captions to produce (default 60)")
     parser.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
     parser.add_argument("--beam", type=int, default=3, help="beam size (default 3)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
     parser.add_argument("--size", type=int, default=None,
                         help="rendered frame size (default: the model's input size, which is the "
                              "size the demo model's training world was rendered at)")

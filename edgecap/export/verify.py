@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,17 @@ def _data_dir(path: Path, label: str, features: str = "") -> ParityData:
     return ParityData(karpathy, images, h5, label)
 
 
+def _as_trained(train_cwd: str | None, value: str) -> Path:
+    """A path of the training config: relative ones were relative to where training ran
+    (`train_cwd`, recorded in the checkpoint), unless the checkpoint came from another machine
+    and the path exists from here."""
+    path = Path(value).expanduser()
+    if path.is_absolute() or not train_cwd:
+        return path
+    there = Path(train_cwd) / path
+    return path if path.exists() and not there.exists() else there
+
+
 def find_parity_data(data: str = "", meta: dict | None = None,
                      checkpoint: Path | None = None) -> tuple[ParityData | None, dict | None, list[str]]:
     """(data found, synthetic-world settings to regenerate from, places looked at).
@@ -105,20 +117,21 @@ def find_parity_data(data: str = "", meta: dict | None = None,
         looked.append(named)
     train = (meta.get("train_config") or {}).get("data") or {}
     synth = train.get("synth")
+    at = partial(_as_trained, meta.get("train_cwd"))
     if train.get("karpathy") and not synth:
-        karpathy = Path(train["karpathy"])
-        images = Path(train["images"]) if train.get("images") else None
-        features = Path(train["features"]) if train.get("features") else None
+        karpathy = at(train["karpathy"])
+        images = at(train["images"]) if train.get("images") else None
+        features = at(train["features"]) if train.get("features") else None
         if karpathy.is_file() and ((images and images.is_dir()) or (features and features.is_file())):
             return ParityData(karpathy, images, features, f"the training data {karpathy}"), None, []
         looked.append(str(karpathy))
     if synth:
         run_out = ((meta.get("train_config") or {}).get("run") or {}).get("out")
-        candidates = [Path(synth["dir"])] if synth.get("dir") else []
+        candidates = [at(synth["dir"])] if synth.get("dir") else []
         if checkpoint is not None:
             candidates.append(checkpoint.parent / "data")
         if run_out:
-            candidates.append(Path(run_out) / "data")
+            candidates.append(at(run_out) / "data")
         for root in dict.fromkeys(candidates):
             if is_world_of(root, synth):
                 return _data_dir(root, f"the training world {root}"), None, []

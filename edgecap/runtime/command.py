@@ -126,6 +126,10 @@ def add_arguments(parser) -> None:
                         help="no line per caption, summary only")
 
 
+_TOML_KIND = {bool: "true or false", int: "an integer", (int, float): "a number",
+              list: 'a list of strings, e.g. ["CPUExecutionProvider"]'}
+
+
 def read_config(path: str) -> dict:
     """A runtime TOML config as RunSettings keyword arguments (robot/edgecap-runtime.toml)."""
     from dataclasses import fields
@@ -158,7 +162,8 @@ def read_config(path: str) -> dict:
                     "max_fps": (int, float), "latency_budget": (int, float),
                     "source_fps": (int, float), "topic": str, "replay": str, "area": str}.get(name, str)
         if isinstance(value, bool) and expected is not bool or not isinstance(value, expected):
-            raise EdgecapError(f"--config {path}: {key} = {value!r} has the wrong type")
+            raise EdgecapError(f"--config {path}: {key} = {value!r} has the wrong type: expected "
+                               f"{_TOML_KIND.get(expected, 'a string in quotes')}")
         if name in CONFIG_PATHS:
             value = str((path.parent / Path(value).expanduser()).resolve())
         out[name] = value

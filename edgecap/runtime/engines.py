@@ -14,6 +14,7 @@ and cuda-python are imported only when an engine is opened.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -223,7 +224,7 @@ def local_gpu() -> tuple[str, str]:
 def rebuild_hint(bundle_dir: Path) -> str:
     return (
         f"rebuild the engines here from the ONNX graphs in the bundle: "
-        f"edgecap export {bundle_dir} --engine trt --force"
+        f"edgecap export {shlex.quote(str(bundle_dir))} --engine trt --force"
     )
 
 

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -411,7 +412,7 @@ def read_manifest(bundle_dir: str | os.PathLike) -> Manifest:
     root = Path(bundle_dir)
     if root.is_file() and root.suffix in (".pt", ".pth"):
         raise ManifestError(f"{root} is a checkpoint, not a bundle: export it first "
-                            f"(edgecap export {root} --target cpu-ort-fp32 --out BUNDLE_DIR)")
+                            f"(edgecap export {shlex.quote(str(root))} --target cpu-ort-fp32 --out BUNDLE_DIR)")
     if not root.is_dir():
         raise ManifestError(f"bundle {root} is not a directory")
     path = root / MANIFEST_NAME

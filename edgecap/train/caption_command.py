@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="write the captions as COCO results JSON [{image_id, caption}] "
                              "(what edgecap eval coco --captions reads)")
-    parser.add_argument("--beam", type=int, default=3, help="beam size (1 = greedy)")
+    parser.add_argument("--beam", type=int, default=3, help="beam size (1 = greedy; default 3)")
     parser.add_argument("--batch", type=int, default=16, help="images per forward pass (default 16)")
     parser.add_argument("--max-len", type=int, default=None,
                         help="longest caption in tokens, 2..the checkpoint's (default: the checkpoint's)")
@@ -93,7 +94,7 @@ def check_checkpoint_path(path: Path) -> None:
 
     if BUNDLE.owns(path):
         raise EdgecapError(f"{path} is an exported bundle, not a checkpoint: caption with the robot runtime, "
-                           f"edgecap run {path} --source IMAGE_OR_FOLDER")
+                           f"edgecap run {shlex.quote(str(path))} --source IMAGE_OR_FOLDER")
     if path.is_dir():
         raise EdgecapError(f"{path} is a directory, not a checkpoint (.pt)")
 
@@ -155,5 +156,5 @@ def run(args) -> int:
         records = [{"image_id": i, "caption": c} for i, (_, c) in zip(image_ids(paths), results, strict=True)]
         write_json_atomic(out, records)
         print(f"wrote {out} ({len(records)} captions, COCO results format: "
-              f"edgecap eval coco --captions {out} --refs dataset_coco.json)")
+              f"edgecap eval coco --captions {shlex.quote(str(out))} --refs dataset_coco.json)")
     return 0

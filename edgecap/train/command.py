@@ -8,6 +8,7 @@ Multi-GPU (or multi-process CPU) training is the same command under torchrun:
 from __future__ import annotations
 
 import argparse
+import shlex
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,8 +60,8 @@ def report(summary: dict) -> list[str]:
                "replaces it" if ckpt["validated_at_stop"] else "the best validation so far")
         lines.append(f"checkpoint: {ckpt['path']} (step {ckpt['step']}, {ckpt['phase']}, validation CIDEr-D "
                      f"{ckpt['val_cider_d']:.3f}; {how})")
-        lines.append(f"next: edgecap export {ckpt['path']} --target cpu-ort-fp32   "
-                     f"(or edgecap caption {ckpt['path']} IMAGE)")
+        path = shlex.quote(str(ckpt["path"]))
+        lines.append(f"next: edgecap export {path} --target cpu-ort-fp32   (or edgecap caption {path} IMAGE)")
     if summary["stopped"]:
         lines.append("continue with the same command and --resume")
     return lines

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -163,7 +164,7 @@ class Trainer:
                 diff = _first_difference(old.to_dict(), self.cfg.to_dict(), ignore={"run.out", "run.device", "run.threads"})
                 if diff:
                     raise EdgecapError(
-                        f"--resume: the config differs from the run's {stored} at {diff}; resume with --config {stored} "
+                        f"--resume: the config differs from the run's {stored} at {diff}; resume with --config {shlex.quote(str(stored))} "
                         f"(it includes any --set / --data changes the run started with)"
                     )
         elif last.is_file():
@@ -314,8 +315,10 @@ class Trainer:
 
     def _meta(self, val: float | None = None) -> dict:
         s = self.state
+        # the config's relative data paths are relative to where training ran: export, run
+        # from elsewhere, still finds the data for its parity gate
         meta = {"step": s.step, "phase": s.phase, "epoch": s.epoch, "batch": s.batch,
-                "train_config": self.cfg.to_dict()}
+                "train_config": self.cfg.to_dict(), "train_cwd": os.getcwd()}
         if self.features_provenance:  # which front end made the features (export attaches it)
             meta["features_provenance"] = self.features_provenance
         if val is not None:

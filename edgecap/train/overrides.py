@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +180,7 @@ def apply_data_dir(data: dict, folder: str | Path) -> None:
         features = folder / "features.h5"
         if not features.is_file():
             raise EdgecapError(f"--data {folder}: the model reads precomputed features but there is no "
-                               f"{features} (edgecap features extract ... --out {features})")
+                               f"{features} (edgecap features extract ... --out {shlex.quote(str(features))})")
         section["features"] = str(features)
     else:
         section["images"] = str(folder / "images" if (folder / "images").is_dir() else folder)
