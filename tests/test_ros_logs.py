@@ -515,3 +515,43 @@ def test_without_the_ros_extra_a_log_source_names_it(tmp_path, blocked, log_name
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1].endswith('pip install "edgecap[ros]"')
     assert res.stdout.count("\n") == 1
+
+
+def test_an_mcap_converted_from_a_ros1_bag_is_read(tmp_path):
+    """`mcap convert run.bag run.mcap` keeps ROS 1's spelling and serialisation: profile `ros1`,
+    schemas `sensor_msgs/Image` in `ros1msg`, messages in `ros1` encoding with a `seq` in their
+    headers. Written here with mcap's own Writer and rosbags' ROS 1 serialiser."""
+    from mcap.writer import Writer as RawWriter
+    from rosbags.typesys import Stores, get_typestore
+
+    ros1 = get_typestore(Stores.ROS1_NOETIC)
+    path = tmp_path / "converted.mcap"
+    with open(path, "wb") as fh:
+        writer = RawWriter(fh)
+        writer.start(profile="ros1", library="mcap convert")
+        schema = writer.register_schema("sensor_msgs/Image", "ros1msg",
+                                        ros1.generate_msgdef(IMAGE, ros_version=1)[0].encode())
+        channel = writer.register_channel("/camera/image_raw", "ros1", schema)
+        for seq, (stamp, log_time, image) in enumerate(frames()):
+            sec, nsec = divmod(stamp, 1_000_000_000)
+            rgb = np.ascontiguousarray(image[:, :, ::-1])
+            header = ros1.types["std_msgs/msg/Header"](
+                seq=seq, stamp=ros1.types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nsec),
+                frame_id="camera_optical")
+            msg = ros1.types[IMAGE](header=header, height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8",
+                                    is_bigendian=0, step=rgb.shape[1] * 3, data=rgb.reshape(-1))
+            writer.add_message(channel, log_time=log_time, publish_time=log_time,
+                               data=bytes(ros1.serialize_ros1(msg, IMAGE)), sequence=seq)
+        writer.finish()
+
+    source = make_source(str(path))
+    source.open()
+    try:
+        good, bad = drain(source)
+    finally:
+        source.close()
+    assert not bad
+    assert len(good) == 5
+    for captured, (stamp, log_time, image) in zip(good, frames(), strict=True):
+        assert np.array_equal(captured.image, image)
+        assert captured.stamp.header_ns == stamp and captured.stamp.log_ns == log_time

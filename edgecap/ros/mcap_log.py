@@ -8,7 +8,16 @@ from pathlib import Path
 from edgecap.errors import require
 
 from .images import IMAGE_TYPES
-from .reader import RECOVER_HINT, LogError, RobotLog, Topic, builtin_decoder, first_line, payload
+from .reader import (
+    RECOVER_HINT,
+    LogError,
+    RobotLog,
+    Topic,
+    builtin_decoder,
+    first_line,
+    payload,
+    ros2_type_name,
+)
 
 
 class McapLog(RobotLog):
@@ -65,7 +74,7 @@ class McapLog(RobotLog):
                 except (McapError, ValueError, OSError, EOFError):
                     summary, damaged = None, True
                 if summary is not None and summary.chunk_indexes:
-                    channels = {cid: (c.topic, summary.schemas[c.schema_id].name
+                    channels = {cid: (c.topic, ros2_type_name(summary.schemas[c.schema_id].name)
                                       if c.schema_id in summary.schemas else "")
                                 for cid, c in summary.channels.items()}
                     stats = summary.statistics  # lists only channels that got messages
@@ -82,7 +91,7 @@ class McapLog(RobotLog):
         channels, counts, times = {}, {}, {}
         for channel, schema, message in self._scan(file):
             if message is None:
-                channels[channel.id] = (channel.topic, schema.name if schema else "")
+                channels[channel.id] = (channel.topic, ros2_type_name(schema.name) if schema else "")
                 continue
             counts[channel.id] = counts.get(channel.id, 0) + 1
             first, _ = times.get(channel.id, (message.log_time, None))
@@ -134,8 +143,9 @@ class McapLog(RobotLog):
 
     def _decoder(self, file, schema, channel):
         """mcap-ros2-support's decoder of the schema's `ros2msg` text; for an image type whose
-        schema it cannot use (`ros2idl`, or left empty when the recorder did not find the
-        definition), rosbags' built-in definition. Built once per schema."""
+        schema it cannot use (`ros2idl`, left empty when the recorder did not find the
+        definition, or a ROS 1 message in an MCAP converted from a ROS 1 bag), rosbags'
+        built-in definition. Built once per schema."""
         key = (file, channel.schema_id)
         if key not in self._by_schema:
             import contextlib
@@ -147,9 +157,9 @@ class McapLog(RobotLog):
                     decoder = self._decoders.decoder_for(channel.message_encoding, schema)
             except Exception:
                 decoder = None
-            if decoder is None and schema is not None and schema.name in IMAGE_TYPES \
-                    and channel.message_encoding == "cdr":
-                decoder = builtin_decoder(schema.name)
+            msgtype = ros2_type_name(schema.name) if schema is not None else ""
+            if decoder is None and msgtype in IMAGE_TYPES:
+                decoder = builtin_decoder(msgtype, channel.message_encoding)
             self._by_schema[key] = decoder
         return self._by_schema[key]
 

@@ -86,21 +86,34 @@ def payload(data: bytes) -> bytes | None:
         return None
 
 
-_STORE = None
+_STORES: dict[str, object] = {}
 
 
-def builtin_decoder(msgtype: str):
-    """Deserialise CDR bytes of `msgtype` with rosbags' latest ROS 2 definitions. The image
-    messages have had the same fields since ROS 2's first release, so this reads any distro's."""
-    global _STORE
-    if _STORE is None:
-        require("rosbags", "ros", "ROS 2 message definitions")
+def builtin_decoder(msgtype: str, encoding: str = "cdr"):
+    """Deserialise a message of `msgtype` with rosbags' built-in definitions: CDR bytes (ROS 2)
+    with the latest ROS 2 ones, `ros1` bytes (an MCAP converted from a ROS 1 bag) with ROS 1
+    Noetic's. The image messages have had the same fields since each ROS's first release (ROS 1
+    headers add `seq`), so this reads any distro's. None for a type or encoding it does not know."""
+    if encoding not in ("cdr", "ros1"):
+        return None
+    if encoding not in _STORES:
+        require("rosbags", "ros", "ROS message definitions")
         from rosbags.typesys import Stores, get_typestore
 
-        _STORE = get_typestore(Stores.LATEST)
-    if msgtype not in _STORE.fielddefs:
+        _STORES[encoding] = get_typestore(Stores.LATEST if encoding == "cdr" else Stores.ROS1_NOETIC)
+    store = _STORES[encoding]
+    if msgtype not in store.fielddefs:
         return None
-    return lambda data: _STORE.deserialize_cdr(data, msgtype)
+    if encoding == "ros1":
+        return lambda data: store.deserialize_ros1(data, msgtype)
+    return lambda data: store.deserialize_cdr(data, msgtype)
+
+
+def ros2_type_name(name: str) -> str:
+    """A message type in ROS 2's spelling: ROS 1 names it `sensor_msgs/Image` (so do MCAP files
+    converted from ROS 1 bags, profile `ros1`), ROS 2 `sensor_msgs/msg/Image`."""
+    package, _, rest = name.partition("/")
+    return f"{package}/msg/{rest}" if package and rest and "/" not in rest else name
 
 
 def first_line(exc: BaseException) -> str:
