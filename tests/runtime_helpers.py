@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from edgecap.contract.beam import beam_search
-from edgecap.runtime.sources import BadFrame, Captured, EndOfStream, Source, StreamLost
+from edgecap.runtime.sources import BadFrame, Captured, EndOfStream, Source, StreamLost, make_source
 
 WORDS = ["<pad>", "<bos>", "<eos>", "<unk>", "a", "red", "green", "blue", "cup", "bottle", "scene"]
 
@@ -151,6 +151,18 @@ def drain(source):
             bad.append(str(exc))
         except EndOfStream:
             return good, bad
+
+
+def read_frames(path, topic=None):
+    """Read a log (or any source) at `path` to its end: (captured frames, bad-frame messages,
+    the source's note)."""
+    source = make_source(str(path), topic=topic)
+    source.open()
+    try:
+        good, bad = drain(source)
+    finally:
+        source.close()
+    return good, bad, source.note
 
 
 def terminate_after_records(argv, jsonl, records=3, cwd=None, timeout=60.0):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from runtime_helpers import FakeBundle, drain, hidden_leftovers
+from runtime_helpers import FakeBundle, drain, hidden_leftovers, read_frames
 
 pytest.importorskip("rosbags")
 pytest.importorskip("mcap_ros2")
@@ -150,11 +150,8 @@ def test_log_source_reads_images_with_their_stamps(tmp_path, storage, kind):
 def test_a_killed_recording_without_metadata_is_read_from_its_mcap_files(tmp_path):
     bag = make_log(tmp_path, "mcap", "image")
     (bag / "metadata.yaml").unlink()
-    source = make_source(str(bag))
-    source.open()
-    good, _ = drain(source)
-    source.close()
-    assert len(good) == 5 and "no metadata.yaml" in source.note
+    good, _, note = read_frames(bag)
+    assert len(good) == 5 and "no metadata.yaml" in note
 
 
 def _two_camera_log(tmp_path):
@@ -203,13 +200,10 @@ def test_a_truncated_mcap_is_read_up_to_the_cut(tmp_path):
     data = log.read_bytes()
     cut = tmp_path / "cut.mcap"
     cut.write_bytes(data[: len(data) * 6 // 10])
-    source = make_source(str(cut))
-    source.open()
-    good, bad = drain(source)
-    source.close()
+    good, bad, note = read_frames(cut)
     assert 0 < len(good) < 40 and not bad
     assert [c.stamp.header_ns for c in good] == [f[0] for f in frames(40)[: len(good)]]
-    assert "recording cut short" in source.note and "mcap recover" in source.note
+    assert "recording cut short" in note and "mcap recover" in note
 
 
 @pytest.mark.parametrize("name, content, message", [
@@ -544,12 +538,7 @@ def test_an_mcap_converted_from_a_ros1_bag_is_read(tmp_path):
                                data=bytes(ros1.serialize_ros1(msg, IMAGE)), sequence=seq)
         writer.finish()
 
-    source = make_source(str(path))
-    source.open()
-    try:
-        good, bad = drain(source)
-    finally:
-        source.close()
+    good, bad, _ = read_frames(path)
     assert not bad
     assert len(good) == 5
     for captured, (stamp, log_time, image) in zip(good, frames(), strict=True):

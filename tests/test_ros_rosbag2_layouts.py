@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rosbag2_like import Recording, Topic, qos_string, record
-from runtime_helpers import drain
+from runtime_helpers import read_frames
 
 pytest.importorskip("rosbags")
 pytest.importorskip("mcap_ros2")
@@ -53,16 +53,6 @@ def camera_recording(distro="jazzy", kind="image"):
                 "sensor_msgs/msg/CameraInfo"))) for st, lt, im in shots]),
     ]
     return Recording(topics, distro), shots
-
-
-def read_frames(path, topic=None):
-    source = make_source(str(path), topic=topic)
-    source.open()
-    try:
-        good, bad = drain(source)
-    finally:
-        source.close()
-    return good, bad, source.note
 
 
 def assert_every_frame(good, bad, shots):

@@ -14,9 +14,11 @@ from .reader import (
     RobotLog,
     Topic,
     builtin_decoder,
+    decoded,
     first_line,
     payload,
     ros2_type_name,
+    until_damaged,
 )
 
 
@@ -132,14 +134,7 @@ class McapLog(RobotLog):
                         else self._recovered(file, topic))
 
     def _decode(self, file, schema, channel, message):
-        data = payload(message.data)
-        if data is None:
-            return None
-        decoder = self._decoder(file, schema, channel)
-        try:
-            return decoder(data) if decoder is not None else None
-        except Exception:  # a damaged message: the source counts it as skipped
-            return None
+        return decoded(self._decoder(file, schema, channel), payload(message.data))
 
     def _decoder(self, file, schema, channel):
         """mcap-ros2-support's decoder of the schema's `ros2msg` text; for an image type whose
@@ -167,15 +162,12 @@ class McapLog(RobotLog):
         from mcap.exceptions import McapError
         from mcap.reader import SeekingReader
 
-        count = 0
-        try:
+        def read():
             with file.open("rb") as fh:
                 for schema, channel, message in SeekingReader(fh).iter_messages(topics=[topic]):
-                    count += 1
                     yield message.log_time, self._decode(file, schema, channel, message)
-        except (McapError, ValueError, EOFError, OSError) as exc:
-            raise LogError(f"log {self._shown(file)}: damaged after {count} messages on {topic} "
-                           f"({first_line(exc)}); {RECOVER_HINT}") from None
+
+        return until_damaged(self._shown(file), topic, read(), (McapError, ValueError, EOFError, OSError))
 
     def _recovered(self, file: Path, topic: str):
         for channel, schema, message in self._scan(file):

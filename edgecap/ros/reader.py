@@ -116,6 +116,31 @@ def ros2_type_name(name: str) -> str:
     return f"{package}/msg/{rest}" if package and rest and "/" not in rest else name
 
 
+def decoded(decode, data, *args):
+    """`decode(data, *args)`, or None for a message with nothing to decode (no decoder, a
+    compressed payload that did not decompress) or that does not deserialise: the source
+    counts it as skipped, the log goes on."""
+    if decode is None or data is None:
+        return None
+    try:
+        return decode(data, *args)
+    except Exception:
+        return None
+
+
+def until_damaged(where, topic: str, messages: Iterator, errors=(Exception,)) -> Iterator:
+    """`messages` passed on; a log that breaks while being read (`errors`) ends them with one
+    LogError naming where, and how many messages on `topic` came before the damage."""
+    count = 0
+    try:
+        for item in messages:
+            count += 1
+            yield item
+    except errors as exc:
+        raise LogError(f"log {where}: damaged after {count} messages on {topic} "
+                       f"({first_line(exc)}); {RECOVER_HINT}") from None
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

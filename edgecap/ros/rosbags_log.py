@@ -9,7 +9,17 @@ from pathlib import Path
 
 from edgecap.errors import require
 
-from .reader import RECOVER_HINT, LogError, RobotLog, Topic, builtin_decoder, first_line, payload
+from .reader import (
+    RECOVER_HINT,
+    LogError,
+    RobotLog,
+    Topic,
+    builtin_decoder,
+    decoded,
+    first_line,
+    payload,
+    until_damaged,
+)
 
 
 class SqliteLog(RobotLog):
@@ -71,24 +81,16 @@ class SqliteLog(RobotLog):
         return copy
 
     def messages(self, topic: str):
-        count = 0
+        return until_damaged(self.path, topic, self._messages(topic))
+
+    def _messages(self, topic: str):
         for reader in self._readers:
             connections = [c for c in reader.connections if c.topic == topic]
             if not connections:
                 continue
             decode = builtin_decoder(connections[0].msgtype)
-            try:
-                for _, log_ns, raw in reader.messages(connections=connections):
-                    count += 1
-                    raw = payload(raw)
-                    try:
-                        msg = decode(raw) if decode is not None and raw is not None else None
-                    except Exception:
-                        msg = None
-                    yield log_ns, msg
-            except Exception as exc:
-                raise LogError(f"log {self.path}: damaged after {count} messages on {topic} "
-                               f"({first_line(exc)}); {RECOVER_HINT}") from None
+            for _, log_ns, raw in reader.messages(connections=connections):
+                yield log_ns, decoded(decode, payload(raw))
 
     def _close_readers(self) -> None:
         for reader in self._readers:
@@ -122,18 +124,9 @@ class RosbagsLog(RobotLog):
     def messages(self, topic: str):
         reader = self._reader
         connections = [c for c in reader.connections if c.topic == topic]
-        count = 0
-        try:
-            for connection, log_ns, raw in reader.messages(connections=connections):
-                count += 1
-                try:
-                    msg = reader.deserialize(raw, connection.msgtype)
-                except Exception:
-                    msg = None
-                yield log_ns, msg
-        except Exception as exc:
-            raise LogError(f"log {self.path}: damaged after {count} messages on {topic} "
-                           f"({first_line(exc)}); {RECOVER_HINT}") from None
+        return until_damaged(self.path, topic, (
+            (log_ns, decoded(reader.deserialize, raw, connection.msgtype))
+            for connection, log_ns, raw in reader.messages(connections=connections)))
 
     def _close_readers(self) -> None:
         if getattr(self, "_reader", None) is not None and self._reader.stack is not None:

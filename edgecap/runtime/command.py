@@ -126,6 +126,13 @@ def add_arguments(parser) -> None:
                         help="no line per caption, summary only")
 
 
+def _toml_types(annotation: str):
+    """The TOML value types a RunSettings field takes, from its annotation ("float | None": an
+    integer or a float; a missing value is a missing key, never None)."""
+    return {"bool": bool, "int": int, "float": (int, float),
+            "list[str]": list}.get(annotation.removesuffix(" | None"), str)
+
+
 _TOML_KIND = {bool: "true or false", int: "an integer", (int, float): "a number",
               list: 'a list of strings, e.g. ["CPUExecutionProvider"]'}
 
@@ -157,10 +164,7 @@ def read_config(path: str) -> dict:
                                f"keys: {', '.join(known)}")
         if name == "providers" and isinstance(value, str):
             value = [p.strip() for p in value.split(",") if p.strip()]
-        expected = {"source": str, "pace": str, "coverage": bool, "show": bool, "quiet": bool, "append": bool,
-                    "beam": int, "batch": int, "frames": int, "providers": list, "threads": int, "spin": bool,
-                    "max_fps": (int, float), "latency_budget": (int, float),
-                    "source_fps": (int, float), "topic": str, "replay": str, "area": str}.get(name, str)
+        expected = _toml_types(known[name].type)
         if isinstance(value, bool) and expected is not bool or not isinstance(value, expected):
             raise EdgecapError(f"--config {path}: {key} = {value!r} has the wrong type: expected "
                                f"{_TOML_KIND.get(expected, 'a string in quotes')}")
