@@ -144,7 +144,7 @@ def test_features_config_refuses_an_image_model(world, tmp_path):
     cfg = tiny_config(world)
     cfg.data.synth = None
     cfg.data.karpathy = str(world / "dataset_coco.json")
-    cfg.data.features = str(tmp_path / "f.h5")
+    cfg.data.features = str(write_features(world, tmp_path / "f.h5"))
     with pytest.raises(EdgecapError, match="reads images"):
         Trainer(cfg, out=tmp_path / "run", progress=False).run()
 

@@ -1,5 +1,6 @@
 """`edgecap train --config CONFIG.toml [--data DIR] [--set KEY=VALUE ...] [--out DIR] [--resume]
-[--max-steps N] [--device cpu|cuda]`.
+[--max-steps N] [--device cpu|cuda]`; `edgecap train --resume RUN_DIR` continues a run with the
+config it keeps (RUN_DIR/config.toml).
 
 Multi-GPU (or multi-process CPU) training is the same command under torchrun:
     torchrun --nproc_per_node=2 -m edgecap.cli train --config CONFIG.toml
@@ -12,7 +13,9 @@ import shlex
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="training config (TOML), e.g. configs/demo-tabletop.toml")
+    parser.add_argument("--config", default=None,
+                        help="training config (TOML), e.g. configs/demo-tabletop.toml (default with --resume RUN_DIR: "
+                             "RUN_DIR/config.toml)")
     parser.add_argument("--data", default=None, metavar="DIR",
                         help="train on this dataset folder instead of the config's data: dataset_coco.json "
                              "plus images/ (as edgecap data synth writes) or features.h5")
@@ -20,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="change one config value, dotted key, checked against the config's type "
                              "(e.g. --set schedule.epochs=3 --set model.memory.slots=8); repeatable")
     parser.add_argument("--out", default=None, help="run directory (default: [run].out or runs/<config name>)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
+    parser.add_argument("--resume", nargs="?", const="", default=None, metavar="RUN_DIR",
+                        help="continue a run exactly where it stopped: the run in RUN_DIR, else in --out")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="stop (saving last.pt) once the run reaches this many optimizer steps")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: [run].device (auto)")
@@ -36,16 +40,33 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_steps is not None and args.max_steps < 1:
         raise EdgecapError(f"--max-steps {args.max_steps}: expected a positive step count")
-    cfg = load_config(args.config, args.overrides, args.data)
+    out, config = run_dir_and_config(args)
+    cfg = load_config(config, args.overrides, args.data)
     if args.visual_weights is not None:
         cfg = cfg.with_visual_weights(args.visual_weights)
-    trainer = Trainer(cfg, out=args.out, resume=args.resume, max_steps=args.max_steps,
+    trainer = Trainer(cfg, out=out, resume=args.resume is not None, max_steps=args.max_steps,
                       device=args.device, progress=not args.quiet)
     summary = trainer.run()
     if trainer.is_main:
         for line in report(summary):
             print(line)
     return 0
+
+
+def run_dir_and_config(args: argparse.Namespace) -> tuple[str | None, str]:
+    """(--out, --config) after `--resume RUN_DIR`, which names the run directory and, unless
+    --config is given, the config the run keeps in it."""
+    from pathlib import Path
+
+    from edgecap.errors import EdgecapError
+
+    if not args.resume:  # not resuming, or --resume naming no directory: --out / [run].out
+        if args.config is None:
+            raise EdgecapError("--config is required (or --resume RUN_DIR to continue a run with its own config.toml)")
+        return args.out, args.config
+    if args.out is not None and Path(args.out).resolve() != Path(args.resume).resolve():
+        raise EdgecapError(f"--resume {args.resume} and --out {args.out} name two run directories; pass one")
+    return args.resume, args.config if args.config is not None else str(Path(args.resume) / "config.toml")
 
 
 def report(summary: dict) -> list[str]:
@@ -63,5 +84,5 @@ def report(summary: dict) -> list[str]:
         path = shlex.quote(str(ckpt["path"]))
         lines.append(f"next: edgecap export {path} --target cpu-ort-fp32   (or edgecap caption {path} IMAGE)")
     if summary["stopped"]:
-        lines.append("continue with the same command and --resume")
+        lines.append(f"continue with the same command and --resume, or: edgecap train --resume {shlex.quote(str(summary['out']))}")
     return lines

@@ -13,8 +13,8 @@
     [run]         seed, output directory, logging and checkpoint cadence
 
 Unknown sections or keys and wrongly typed values are one-line errors naming the key (with a
-"did you mean"); nothing is silently fixed. Relative paths are relative to the working
-directory the command runs in.
+"did you mean"); nothing is silently fixed. Relative paths are relative to the directory the
+run started in (edgecap.config_paths).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgecap.config_paths import existing_from_run_start, from_run_start
 from edgecap.errors import EdgecapError, did_you_mean
 from edgecap.typed import typed
 
@@ -164,6 +165,31 @@ class TrainConfig:
 
         resolve_weights(path, visual.get("weights_sha256", ""), what="--visual-weights")
         return dataclasses.replace(self, model={**self.model, "visual": {**visual, "weights": str(path)}})
+
+    def with_paths_from(self, started_in: str | os.PathLike | None) -> TrainConfig:
+        """The config with every file it reads resolved for a run started in `started_in`
+        (edgecap.config_paths); a file that is not there is a one-line error naming its key.
+        `[data.synth].dir` may not exist yet (the world is generated there)."""
+        where = self.source or "config"
+
+        def existing(value: str, key: str) -> str:
+            return str(existing_from_run_start(value, started_in, f"{where}: {key}")) if value else value
+
+        d = self.data
+        synth = d.synth
+        if synth is not None and synth.dir:
+            synth = dataclasses.replace(synth, dir=str(from_run_start(synth.dir, started_in)))
+        data = dataclasses.replace(d, karpathy=existing(d.karpathy, "[data].karpathy"),
+                                   images=existing(d.images, "[data].images"),
+                                   features=existing(d.features, "[data].features"), synth=synth)
+        r = self.retrieval
+        retrieval = dataclasses.replace(r, index=existing(r.index, "[retrieval].index"),
+                                        visual_from=existing(r.visual_from, "[retrieval].visual_from"))
+        model = self.model
+        visual = model.get("visual")
+        if isinstance(visual, dict) and visual.get("weights"):
+            model = {**model, "visual": {**visual, "weights": existing(visual["weights"], "[model].visual.weights")}}
+        return dataclasses.replace(self, data=data, retrieval=retrieval, model=model)
 
     def derived_model_fields(self) -> dict:
         """Model fields that follow from the front end or the features file, unless [model]

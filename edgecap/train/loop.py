@@ -131,7 +131,9 @@ def prepare_data(cfg: TrainConfig, out: Path, progress: bool) -> tuple[Path, Pat
 class Trainer:
     def __init__(self, cfg: TrainConfig, out: str | os.PathLike | None = None, resume: bool = False,
                  max_steps: int | None = None, device: str | None = None, progress: bool = True):
-        self.cfg = cfg
+        self.cfg = cfg  # with its paths resolved in setup(); `written` is the config as the user wrote it
+        self.written = cfg
+        self.started_in = os.getcwd()  # a resumed run: the directory the run started in (setup)
         self.out = Path(out or cfg.run.out or Path("runs") / Path(cfg.source or "run").stem)
         self.resume, self.max_steps, self.progress = resume, max_steps, progress
         self.restarted = False  # set when --out holds a same-config run that never saved
@@ -158,10 +160,12 @@ class Trainer:
         if self.resume:
             if not last.is_file() or not (self.out / "last.state.pt").is_file():
                 raise EdgecapError(f"--resume: {self.out} has no last.pt / last.state.pt to resume from")
+            self._last_payload = read_payload(last)
+            self.started_in = self._last_payload.get("meta", {}).get("train_cwd") or self.started_in
             stored = self.out / "config.toml"
             if stored.is_file():
                 old = parse_config(_toml(stored), source=str(stored))
-                diff = _first_difference(old.to_dict(), self.cfg.to_dict(), ignore={"run.out", "run.device", "run.threads"})
+                diff = _first_difference(old.to_dict(), self.written.to_dict(), ignore={"run.out", "run.device", "run.threads"})
                 if diff:
                     raise EdgecapError(
                         f"--resume: the config differs from the run's {stored} at {diff}; resume with --config {shlex.quote(str(stored))} "
@@ -186,7 +190,7 @@ class Trainer:
         if stored.is_file():
             try:
                 old = parse_config(_toml(stored), source=str(stored))
-                same = not _first_difference(old.to_dict(), self.cfg.to_dict(),
+                same = not _first_difference(old.to_dict(), self.written.to_dict(),
                                              ignore={"run.out", "run.device", "run.threads"})
             except EdgecapError:
                 same = False
@@ -196,8 +200,8 @@ class Trainer:
         self.restarted = True
 
     def setup(self) -> None:
-        cfg = self.cfg
         self._check_run_dir()
+        cfg = self.cfg = self.written.with_paths_from(self.started_in)
         if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             if not self.resume:
@@ -315,10 +319,10 @@ class Trainer:
 
     def _meta(self, val: float | None = None) -> dict:
         s = self.state
-        # the config's relative data paths are relative to where training ran: export, run
-        # from elsewhere, still finds the data for its parity gate
+        # the config's relative paths are relative to where the run started (edgecap.config_paths):
+        # a resume or an export run from elsewhere still finds the files
         meta = {"step": s.step, "phase": s.phase, "epoch": s.epoch, "batch": s.batch,
-                "train_config": self.cfg.to_dict(), "train_cwd": os.getcwd()}
+                "train_config": self.written.to_dict(), "train_cwd": str(self.started_in)}
         if self.features_provenance:  # which front end made the features (export attaches it)
             meta["features_provenance"] = self.features_provenance
         if val is not None:
@@ -353,7 +357,7 @@ class Trainer:
 
     def _load_last(self) -> None:
         last = self.out / "last.pt"
-        payload = read_payload(last)
+        payload, self._last_payload = self._last_payload, None
         state_dict = {k: v.float() if v.is_floating_point() else v for k, v in payload["state_dict"].items()}
         self.model.load_state_dict(state_dict)
         try:

@@ -1,0 +1,67 @@
+"""A training config's relative paths are relative to the directory the run started in, for
+`edgecap train`, `train --resume` (with or without --config) and `export`, wherever they run."""
+
+import shutil
+
+from _train_tiny import tiny_config
+
+from edgecap.train.config import to_toml
+
+
+def _project(root):
+    """A project folder as a user keeps it: data/ and configs/ with paths relative to the folder."""
+    from edgecap.data.synth import generate_dataset
+
+    generate_dataset(root / "data" / "w", 20, seed=5, size=32, sequences=0, video_frames=0, progress=False)
+    table = tiny_config(root / "unused", schedule={"epochs": 1}).to_dict()
+    table["data"].pop("synth")
+    table["data"].update(karpathy="data/w/dataset_coco.json", images="data/w/images")
+    (root / "configs").mkdir()
+    (root / "configs" / "tiny.toml").write_text(to_toml(table))
+    return root
+
+
+def test_resume_from_another_directory_reads_the_data_the_run_started_with(tmp_path, run_cli, monkeypatch):
+    project = _project(tmp_path / "project")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(project)
+    code, stdout, err = run_cli("train", "--config", "configs/tiny.toml", "--out", "runs/t", "--max-steps", 1, "--quiet")
+    assert code == 0 and "stopped at step 1" in stdout, err
+    assert "or: edgecap train --resume runs/t" in stdout
+    monkeypatch.chdir(elsewhere)
+    # the run's own config (no --config), then the original config file named from here
+    code, stdout, err = run_cli("train", "--resume", "../project/runs/t", "--max-steps", 2, "--quiet")
+    assert code == 0 and "stopped at step 2" in stdout, err
+    code, stdout, err = run_cli("train", "--config", "../project/configs/tiny.toml", "--out", "../project/runs/t",
+                                "--resume", "--quiet")
+    assert code == 0 and "finished at step 5" in stdout, err  # 18 train + restval images, 4 per step, 1 epoch
+    assert not (elsewhere / "data").exists() and not (elsewhere / "runs").exists()
+    from edgecap.models.checkpoint import read_payload
+
+    assert read_payload(project / "runs" / "t" / "best.pt")["meta"]["train_cwd"] == str(project)
+
+
+def test_a_missing_relative_data_path_is_one_line_naming_key_and_place(tmp_path, run_cli, monkeypatch):
+    project = _project(tmp_path / "project")
+    monkeypatch.chdir(project)
+    code, _, err = run_cli("train", "--config", "configs/tiny.toml", "--out", "runs/t", "--max-steps", 1, "--quiet")
+    assert code == 0, err
+    shutil.rmtree(project / "data" / "w" / "images")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("train", "--resume", "project/runs/t", "--quiet")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert (f"[data].images = 'data/w/images': {project / 'data' / 'w' / 'images'} does not exist (relative paths "
+            f"are relative to the directory the run started in, {project})") in err
+    code, _, err = run_cli("train", "--config", "project/configs/tiny.toml", "--out", "x", "--quiet")
+    assert code == 1 and f"[data].karpathy = 'data/w/dataset_coco.json': {tmp_path / 'data'}" in err
+    assert not (tmp_path / "x").exists()  # nothing written for a run that cannot start
+
+
+def test_resume_cli_forms(tmp_path, run_cli):
+    code, _, err = run_cli("train", "--quiet")
+    assert code == 1 and "--config is required (or --resume RUN_DIR" in err
+    code, _, err = run_cli("train", "--resume", tmp_path / "a", "--out", tmp_path / "b")
+    assert code == 1 and "name two run directories" in err
+    code, _, err = run_cli("train", "--resume", tmp_path / "a")
+    assert code == 1 and f"config {tmp_path / 'a' / 'config.toml'} does not exist" in err
