@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edgecap.config_paths import from_run_start
 from edgecap.contract.beam import DecodeOptions, beam_search
 from edgecap.data.synth.dataset import is_world_of
 from edgecap.errors import EdgecapError
@@ -87,17 +88,6 @@ def _data_dir(path: Path, label: str, features: str = "") -> ParityData:
     return ParityData(karpathy, images, h5, label)
 
 
-def _as_trained(train_cwd: str | None, value: str) -> Path:
-    """A path of the training config: relative ones were relative to where training ran
-    (`train_cwd`, recorded in the checkpoint), unless the checkpoint came from another machine
-    and the path exists from here."""
-    path = Path(value).expanduser()
-    if path.is_absolute() or not train_cwd:
-        return path
-    there = Path(train_cwd) / path
-    return path if path.exists() and not there.exists() else there
-
-
 def find_parity_data(data: str = "", meta: dict | None = None,
                      checkpoint: Path | None = None) -> tuple[ParityData | None, dict | None, list[str]]:
     """(data found, synthetic-world settings to regenerate from, places looked at).
@@ -117,7 +107,7 @@ def find_parity_data(data: str = "", meta: dict | None = None,
         looked.append(named)
     train = (meta.get("train_config") or {}).get("data") or {}
     synth = train.get("synth")
-    at = partial(_as_trained, meta.get("train_cwd"))
+    at = partial(from_run_start, started_in=meta.get("train_cwd"))
     if train.get("karpathy") and not synth:
         karpathy = at(train["karpathy"])
         images = at(train["images"]) if train.get("images") else None
