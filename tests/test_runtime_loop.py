@@ -231,7 +231,7 @@ def test_execute_with_detections_scores_them(tmp_path, monkeypatch):
     execute(Captioner(FakeBundle()), settings, out=io.StringIO())
     recs = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert "coverage" not in recs[0]  # the detector said nothing about frame 0
-    assert recs[1]["objects"] == [{"class": "cup", "box": [0, 0, 9, 9], "area": 0.25}]
+    assert recs[1]["objects"] == [{"class": "cup", "box": [0, 0, 9, 9], "area": 0.25, "box_area": 0.25}]
     assert recs[1]["coverage"][">1%"] == 1.0
 
 

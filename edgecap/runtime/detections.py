@@ -99,7 +99,4 @@ class Detections:
         entry = self._frames.get(int(frame_id))
         if entry is None:
             return None
-        from edgecap.data.acvr import object_area
-
-        return [KnownObject(cls, box, object_area(box, mask_area, width, height, self.area))
-                for cls, box, mask_area in entry]
+        return [KnownObject.measured(cls, box, mask_area, width, height, self.area) for cls, box, mask_area in entry]

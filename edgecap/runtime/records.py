@@ -4,11 +4,14 @@ One record per captioned frame:
 
     {"frame_id", "image_id"?, "source", "t_capture", "wall_time", "caption", "tokens", "beam",
      "latency_ms": {"preprocess", "visual", "encoder", "decode"}, "capture_to_caption_ms",
-     "header_stamp_ns"?, "log_time_ns"?, "header_frame_id"? (robot logs), "objects"?, "coverage"?: {">1%": .., ">3%": .., ">5%": .., ">10%": ..}, "mentioned"?}
+     "header_stamp_ns"?, "log_time_ns"?, "header_frame_id"? (robot logs),
+     "objects"?: [{"class", "box", "area", "box_area", "pixel_area"?}],
+     "coverage"?: {">1%": .., ">3%": .., ">5%": .., ">10%": ..}, "mentioned"?}
 
 The JSONL sink writes one whole line per record and flushes it, so a run that is interrupted
 (Ctrl-C, SIGTERM, a crash) leaves every finished record on disk as valid JSON Lines, readable
-by `edgecap eval coverage --captions FILE.jsonl` (image_id / source + frame_id keys).
+by `edgecap eval coverage --captions FILE.jsonl` (image_id / source + frame_id keys) and, with
+the objects, re-scored by `edgecap eval coverage --records FILE.jsonl` (`read_runs`).
 With `--append` each run adds to the file between a {"kind": "run_start", ...} line and a
 {"kind": "run_end", <summary>} line (absent when the process was killed).
 """
@@ -239,3 +242,53 @@ class Summary:
                      for k, v in s["coverage_mean"].items()]
             lines.append(f"  mean coverage ({s['coverage_rule']}): " + ", ".join(cells))
         return "\n".join(lines)
+
+
+@dataclass
+class RecordedRun:
+    """One run of a caption log (`--jsonl`): its caption records, between its run markers when
+    the log was written with --append."""
+
+    number: int                                   # 1, 2, ... in file order
+    start: dict | None = None                     # its run_start line (None: no --append)
+    end: dict | None = None                       # its run_end line, the run's summary (None: killed)
+    records: list[dict] = field(default_factory=list)
+
+
+def read_runs(path: str | os.PathLike) -> tuple[list[RecordedRun], int]:
+    """(the runs of a caption log, in order; lines that are not JSON objects, skipped). Caption
+    records before any run_start form a run of their own; a run_start always opens a new run,
+    so a killed run (no run_end) ends where the next one starts."""
+    from edgecap.errors import EdgecapError
+
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise EdgecapError(f"{path}: cannot read caption log ({exc.strerror or exc})") from None
+    runs: list[RecordedRun] = []
+    current: RecordedRun | None = None
+    malformed = 0
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line.decode("utf-8", errors="replace"))
+        except json.JSONDecodeError:  # a half line left by a killed process
+            malformed += 1
+            continue
+        if not isinstance(rec, dict):
+            malformed += 1
+            continue
+        kind = rec.get("kind")
+        if kind == RUN_START or current is None:
+            current = RecordedRun(len(runs) + 1, start=rec if kind == RUN_START else None)
+            runs.append(current)
+            if kind == RUN_START:
+                continue
+        if kind == RUN_END:
+            current.end = rec
+            current = None
+        elif kind is None:
+            current.records.append(rec)
+    return [r for r in runs if r.records or r.start is not None], malformed

@@ -13,6 +13,15 @@ from .sources import KnownObject
 COVERAGE_OFF = "coverage off: pip install edgecap[nlp]"
 
 
+def class_areas(objects: list[KnownObject]) -> dict[str, float]:
+    """{class: the largest coverage area of its objects}: the ground truth coverage scores a
+    caption against, live (CoverageAnnotator) and over a recorded run (`eval coverage --records`)."""
+    gt: dict[str, float] = {}
+    for obj in objects:
+        gt[obj.cls] = max(gt.get(obj.cls, 0.0), obj.area)
+    return gt
+
+
 class CoverageAnnotator:
     """`score(caption, objects) -> ({">1%": cov, ...}, matches)`, or None when switched off."""
 
@@ -51,10 +60,7 @@ class CoverageAnnotator:
             return None
         from edgecap.metrics.coverage import threshold_label
 
-        gt: dict[str, float] = {}
-        for obj in objects:
-            gt[obj.cls] = max(gt.get(obj.cls, 0.0), obj.area)
-        result = scorer.score([caption], [gt])[0]
+        result = scorer.score([caption], [class_areas(objects)])[0]
         coverage = {threshold_label(t): v for t, v in result.coverage.items()}
         # The lowest threshold scores the most classes: its matches say which objects the
         # caption mentions (exact names / synonyms, or GloVe-similar nouns with their profit).

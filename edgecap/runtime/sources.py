@@ -56,10 +56,45 @@ class KnownObject:
     cls: str
     box: tuple[float, float, float, float]   # left, top, right, bottom in pixels, inclusive
     area: float                              # coverage area: fraction of the image, 0..1, by --area
+    box_area: float | None = None            # the box's fraction of the image
+    pixel_area: float | None = None          # the mask's pixel fraction, when the source knows it
+
+    @classmethod
+    def measured(cls, name: str, box, pixel_area: float | None, width: int, height: int,
+                 area: str = "box") -> KnownObject:
+        """An object whose coverage area is `area` (edgecap.data.acvr.object_area), with both of
+        its areas kept, so a recorded run can be re-scored by the other one."""
+        from edgecap.data.acvr import box_fraction, object_area
+
+        box = tuple(float(v) for v in box)
+        return cls(name, box, object_area(box, pixel_area, width, height, area), box_fraction(box, width, height),
+                   None if pixel_area is None else float(pixel_area))
+
+    @classmethod
+    def from_record(cls, obj, area: str | None = None) -> KnownObject:
+        """An object of a caption record (`to_json`) whose coverage area is `area`: "box", "pixels"
+        (the mask's, else the box, as every source falls back) or None, the area the run used.
+        Raises ValueError saying what is wrong with it."""
+        if not isinstance(obj, dict) or not isinstance(obj.get("class"), str):
+            raise ValueError(f"object {str(obj)[:60]!r} has no 'class'")
+        key = {None: "area", "box": "box_area", "pixels": "pixel_area"}[area]
+        if area == "pixels" and obj.get(key) is None:
+            key = "box_area"
+        value = obj.get(key)
+        if value is None:
+            raise ValueError(f"object {obj['class']!r} has no {key!r} (a record written before 24 Nov 2026 "
+                             f"carries only the run's own 'area': leave out --area)")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"object {obj['class']!r}: {key} {value!r} is not a fraction of the image")
+        box = tuple(float(v) for v in obj.get("box") or (0, 0, 0, 0))
+        return cls(obj["class"], box, float(value), obj.get("box_area"), obj.get("pixel_area"))
 
     def to_json(self) -> dict:
-        return {"class": self.cls, "box": [round(float(v), 2) for v in self.box],
-                "area": round(float(self.area), 6)}
+        out = {"class": self.cls, "box": [round(float(v), 2) for v in self.box], "area": round(float(self.area), 6)}
+        for key in ("box_area", "pixel_area"):
+            if getattr(self, key) is not None:
+                out[key] = round(float(getattr(self, key)), 6)
+        return out
 
 
 def folder_images(path: Path) -> list[Path]:
@@ -82,10 +117,7 @@ def world_objects(objects: list[dict], width: int, height: int, area: str = "box
     """The synthetic world's ground-truth records (class, inclusive box, `area` = mask pixel
     fraction) as KnownObjects whose area is the coverage area `area` asks for: the box
     (default, as `eval coverage`) or the pixels."""
-    from edgecap.data.acvr import object_area
-
-    return [KnownObject(o["class"], tuple(float(v) for v in o["box"]),
-                        object_area(o["box"], o.get("area"), width, height, area)) for o in objects]
+    return [KnownObject.measured(o["class"], o["box"], o.get("area"), width, height, area) for o in objects]
 
 
 @dataclass(frozen=True)
@@ -302,7 +334,7 @@ class ACVRSource(Source):
         if frame.rgb_path is None:
             raise BadFrame(f"{self.name}: frame {frame.image_id} has no RGB image")
         image = check_image(cv2.imread(str(frame.rgb_path), cv2.IMREAD_COLOR), str(frame.rgb_path))
-        objects = [KnownObject(o.cls, tuple(float(v) for v in o.box), o.area)
+        objects = [KnownObject(o.cls, tuple(float(v) for v in o.box), o.area, o.box_area, o.pixel_area)
                    for o in frame.foreground]
         return Captured(image, index, objects, image_id=frame.image_id)
 
