@@ -24,6 +24,7 @@ from test_ros_logs import (  # noqa: E402
     image_msg,
 )
 
+from edgecap.errors import EdgecapError  # noqa: E402
 from edgecap.runtime.sources import SourceOpenError, make_source  # noqa: E402
 
 N = 6
@@ -239,12 +240,12 @@ def test_a_file_compressed_recording_is_unpacked_outside_the_users_directory(tmp
 
 def test_a_compressed_file_cut_short_is_named_as_the_user_has_it(tmp_path):
     """Errors and notes name the user's <file>.zstd, never the temporary copy it was
-    unpacked to."""
+    unpacked to; the split before it is read first (tests/test_ros_split_damage.py)."""
     rec, _ = camera_recording("jazzy")
     bag = record(tmp_path / "run1", rec, STORE, "mcap", parts=2, compression="file")
     packed = bag / "run1_1.mcap.zstd"
     packed.write_bytes(packed.read_bytes()[: packed.stat().st_size * 6 // 10])
-    with pytest.raises(SourceOpenError) as err:
+    with pytest.raises(EdgecapError) as err:
         read_frames(bag)
     message = str(err.value)
     assert message.startswith(f"log {packed}: the compressed file ends before any of its content")

@@ -110,22 +110,33 @@ def _split_order(path: Path):
 
 def _open_storage(path: Path, storage: str, files: list[Path], compression: str) -> RobotLog:
     """The reader for rosbag2 storage files; `compression` is metadata.yaml's mode."""
-    scratch, origins = None, {}
+    scratch, origins, broken = None, {}, None
     if compression == "file":
         scratch = tempfile.TemporaryDirectory(prefix="edgecap-log-")
         try:
-            origins = {_unpacked(f, Path(scratch.name)): f for f in files}
+            for file in files:
+                try:
+                    origins[_unpacked(file, Path(scratch.name))] = file
+                except LogError as exc:  # a damaged split: the log ends before it
+                    if not origins:
+                        raise
+                    broken = exc
+                    break
         except BaseException:
             scratch.cleanup()
             raise
         files = list(origins)
     try:
         if storage == "mcap":
-            return McapLog(path, files, scratch, origins)
-        if storage == "sqlite3":
-            return SqliteLog(path, files, scratch)
-        raise LogError(f"log {path}: storage {storage!r} is not supported; expected mcap or "
-                       "sqlite3")
+            log = McapLog(path, files, scratch, origins)
+        elif storage == "sqlite3":
+            log = SqliteLog(path, files, scratch)
+        else:
+            raise LogError(f"log {path}: storage {storage!r} is not supported; expected mcap or "
+                           "sqlite3")
+        if broken is not None:
+            log.ends_before(broken)
+        return log
     except BaseException:
         if scratch is not None:
             scratch.cleanup()

@@ -40,8 +40,15 @@ class McapLog(RobotLog):
         self._indexed_files: set[Path] = set()
         self.topics = {}
         cut = []
-        for file in files:
-            channels, counts, times, indexed, damaged = self._index(file)
+        for k, file in enumerate(files):
+            try:
+                channels, counts, times, indexed, damaged = self._index(file)
+            except LogError as exc:
+                if k == 0:
+                    raise
+                self.files = files[:k]  # the log ends before the file that cannot be read
+                self.ends_before(exc)
+                break
             if indexed:
                 self._indexed_files.add(file)
             if damaged:
@@ -128,7 +135,7 @@ class McapLog(RobotLog):
                     raise LogError(f"log {self._shown(file)}: not a readable MCAP file "
                                    f"({first_line(exc)})") from None
 
-    def messages(self, topic: str):
+    def _messages(self, topic: str):
         for file in self.files:
             yield from (self._indexed(file, topic) if file in self._indexed_files
                         else self._recovered(file, topic))

@@ -42,15 +42,36 @@ class Topic:
 
 
 class RobotLog:
-    """A log opened for reading; `topics` maps topic name to Topic."""
+    """A log opened for reading; `topics` maps topic name to Topic.
+
+    A split recording is read file by file. When a file after the first cannot be opened at all
+    (a .db3 cut short, a `.zstd` that does not decompress), the log ends before it: its topics
+    are those of the files before it, `messages` hands out their messages and then raises
+    `broken`, one LogError naming that file, as a log damaged mid-way does (`until_damaged`)."""
 
     path: Path
     topics: dict[str, Topic]
     note: str | None = None      # something the user should know (a recording cut short)
     scratch: tempfile.TemporaryDirectory | None = None   # unpacked files, removed on close
+    broken: LogError | None = None   # why the split file after the last one read could not be opened
 
     def messages(self, topic: str) -> Iterator[tuple[int, object | None]]:
+        """(log time ns, message or None when it does not deserialise) on `topic`, in log-time order."""
+        count = 0
+        for item in self._messages(topic):
+            count += 1
+            yield item
+        if self.broken is not None:
+            raise LogError(f"{self.broken}; the log was read up to it ({count} messages on {topic})")
+
+    def _messages(self, topic: str) -> Iterator[tuple[int, object | None]]:
         raise NotImplementedError
+
+    def ends_before(self, error: LogError) -> None:
+        """Record that the split file after those opened could not be opened (`error` names it)."""
+        if self.broken is None:
+            self.broken = error
+            self.add_note(f"{error}; the log ends before it")
 
     def close(self) -> None:
         self._close_readers()

@@ -34,17 +34,15 @@ class SqliteLog(RobotLog):
 
     def __init__(self, path: Path, files: list[Path], scratch=None):
         require("rosbags", "ros", "reading rosbag2 SQLite3 logs")
-        from rosbags.rosbag2 import Reader
-
         self.path = path
         self.scratch = scratch
         self.topics = {}
         self._readers = []
         try:
-            for file in files:
-                reader = Reader(self._with_wal(file))
-                self._readers.append(reader)
-                reader.open()
+            for k, file in enumerate(files):
+                reader = self._opened(file, first=k == 0)
+                if reader is None:  # damaged: the log ends before it
+                    break
                 span = (reader.start_time, reader.end_time - 1) \
                     if reader.message_count else (None, None)
                 for conn in reader.connections:
@@ -58,6 +56,24 @@ class SqliteLog(RobotLog):
         except Exception as exc:  # rosbags, sqlite3 and YAML errors have no common base
             self.close()
             raise LogError(f"log {path}: cannot read ({first_line(exc)}); {RECOVER_HINT}") from None
+
+    def _opened(self, file: Path, first: bool):
+        """rosbags' reader of one .db3, open; None when it is not the first file and cannot be
+        opened (the log then ends before it); a first file that cannot is a LogError."""
+        from rosbags.rosbag2 import Reader
+
+        try:
+            reader = Reader(self._with_wal(file))
+            self._readers.append(reader)
+            reader.open()
+            return reader
+        except Exception as exc:  # rosbags, sqlite3 and YAML errors have no common base
+            error = exc if isinstance(exc, LogError) else \
+                LogError(f"log {file}: cannot read ({first_line(exc)}); {RECOVER_HINT}")
+            if first:
+                raise error from None
+            self.ends_before(error)
+            return None
 
     def _with_wal(self, file: Path) -> Path:
         wal = file.with_name(file.name + "-wal")
@@ -80,11 +96,13 @@ class SqliteLog(RobotLog):
                       "stopped uncleanly?)")
         return copy
 
-    def messages(self, topic: str):
-        return until_damaged(self.path, topic, self._messages(topic))
-
     def _messages(self, topic: str):
+        return until_damaged(self.path, topic, self._rows(topic))
+
+    def _rows(self, topic: str):
         for reader in self._readers:
+            if not getattr(reader, "is_open", False):  # the damaged file the log ends before
+                continue
             connections = [c for c in reader.connections if c.topic == topic]
             if not connections:
                 continue
@@ -121,7 +139,7 @@ class RosbagsLog(RobotLog):
             self.topics = {n: Topic(t.name, t.msgtype, t.count, start, end - 1)
                            for n, t in self.topics.items()}
 
-    def messages(self, topic: str):
+    def _messages(self, topic: str):
         reader = self._reader
         connections = [c for c in reader.connections if c.topic == topic]
         return until_damaged(self.path, topic, (
