@@ -345,6 +345,16 @@ class WorkDir:
         except OSError as exc:
             raise write_error(exc, self.target, self.flag, within=self.path) or exc from None
 
+    def finish(self, complete, tmp: Path | None = None) -> None:
+        """The ending of an output written over a run (a video, an MCAP or rerun log):
+        `complete()` finishes the writer's file, which then goes onto the target; the work
+        directory is removed whatever happens, so a writer that fails leaves nothing behind."""
+        try:
+            complete()
+            self.commit(tmp or self.file())
+        finally:
+            self.close()
+
     def close(self) -> None:
         if self in _OPEN and self.path is not None:
             _remove_tree(self.path)
@@ -352,6 +362,32 @@ class WorkDir:
             os.close(self.fd)
             self.fd = None
         _OPEN.discard(self)
+
+
+class RunOutput:
+    """A file written over a run (an MCAP or rerun log) into `tmp`, in a WorkDir beside
+    `target`, and moved onto the target by `close()` (once) after `_finish_file()` completes
+    it; `abort()` drops it. Subclasses open `tmp` and write it."""
+
+    def __init__(self, target: str | os.PathLike, flag: str):
+        self._work = WorkDir(target, flag)
+        self.tmp = self._work.file()
+        self._closed = False
+
+    def _finish_file(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Finish the file and move it onto the target. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._work.finish(self._finish_file, self.tmp)
+
+    def abort(self) -> None:
+        """Drop the unfinished file (a run that failed, or a log that could not be finished)."""
+        self._closed = True
+        self._work.close()
 
 
 def close_work_dirs() -> None:

@@ -441,6 +441,28 @@ def test_caption_log_writers_never_share_or_strand_a_temporary(tmp_path, capsys)
     assert "left by an interrupted write of c.mcap" in capsys.readouterr().err
 
 
+def test_a_caption_log_that_cannot_be_finished_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """A disk that fills up while the summary and footer are written: no half log under the
+    name, no work directory, the earlier log of that name kept (edgecap.io.RunOutput)."""
+    from edgecap.ros.mcap_out import McapLogWriter
+
+    out = tmp_path / "c.mcap"
+    McapLogWriter(out).close()
+    before = out.read_bytes()
+    writer = McapLogWriter(out)
+    writer.write("/t", "std_msgs/msg/String", {"data": "lost"}, 1)
+
+    def full_disk():
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer._writer, "finish", full_disk)
+    with pytest.raises(EdgecapError) as err:
+        writer.close()
+    assert str(err.value) == f"--out-mcap {out}: cannot finish the log (No space left on device)"
+    assert out.read_bytes() == before and hidden_leftovers(tmp_path) == []
+    writer.close()  # closing again does nothing
+
+
 def test_rerun_recording_has_the_images_boxes_and_captions_at_their_log_times(tmp_path):
     pytest.importorskip("rerun")
     import pyarrow as pa

@@ -23,7 +23,8 @@ by the zstd frame magic (a CDR payload never starts with it), also when metadata
 Every reader hands out `(log_time_ns, message)` for one topic in log-time order, messages with
 their fields as attributes; a message that does not deserialize comes out as `None` (skipped by
 the source, not fatal). A log that cannot be opened, or breaks while being read, raises
-LogError: one line naming the file.
+LogError: one line naming the file. A split file after the first that cannot be opened ends
+the log before it: the files before it are read, then that LogError (RobotLog.broken).
 """
 
 from __future__ import annotations

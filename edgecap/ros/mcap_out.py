@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from edgecap.errors import EdgecapError, require
-from edgecap.io import WorkDir, probe_writable
+from edgecap.io import RunOutput, probe_writable
 
 from .captions import FOXGLOVE_MSGS
 
@@ -76,7 +76,7 @@ def check_target(path: str | os.PathLike, flag: str = "--out-mcap") -> Path:
     return path
 
 
-class McapLogWriter:
+class McapLogWriter(RunOutput):
     """`write(topic, typename, fields, log_time_ns)` then `close()`; `flag` names the option
     in error messages."""
 
@@ -90,8 +90,7 @@ class McapLogWriter:
 
         self.path = check_target(path, flag)
         self.flag = flag
-        self._work = WorkDir(self.path, flag)
-        self.tmp = self._work.file()
+        super().__init__(self.path, flag)
         try:
             self._fh = self.tmp.open("wb")
         except OSError as exc:
@@ -101,7 +100,6 @@ class McapLogWriter:
         self._writer.add_metadata(OWNER_METADATA, {"version": __version__, **(metadata or {})})
         self._schemas: dict[str, object] = {}
         self.count = 0
-        self._closed = False
 
     def write(self, topic: str, typename: str, fields: dict, log_time_ns: int,
               publish_time_ns: int | None = None) -> None:
@@ -120,31 +118,23 @@ class McapLogWriter:
                                f"({exc.strerror or exc})") from None
         self.count += 1
 
-    def close(self) -> None:
-        """Finish the file (summary, index, footer) and move it onto the target. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+    def _finish_file(self) -> None:
+        """Summary, index and footer, flushed to the disk."""
         try:
             self._writer.finish()
             self._fh.flush()
             os.fsync(self._fh.fileno())
             self._fh.close()
-        except OSError as exc:
-            self.abort()
-            raise EdgecapError(f"{self.flag} {self.path}: cannot finish the log "
-                               f"({exc.strerror or exc})") from None
-        except BaseException:
-            self.abort()
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                self._fh.close()
+            if isinstance(exc, OSError):
+                raise EdgecapError(f"{self.flag} {self.path}: cannot finish the log "
+                                   f"({exc.strerror or exc})") from None
             raise
-        try:
-            self._work.commit(self.tmp)
-        finally:
-            self._work.close()
 
     def abort(self) -> None:
         """Drop the unfinished file (used when the log could not be finished)."""
-        self._closed = True
         with contextlib.suppress(OSError):
             self._fh.close()
-        self._work.close()
+        super().abort()

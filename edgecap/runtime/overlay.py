@@ -252,10 +252,9 @@ class VideoSink:
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.release()
-            self._writer = None
-            self._work.commit(self._work.file())
-        if self._work is not None:
+            writer, self._writer = self._writer, None
+            self._work.finish(writer.release)
+        elif self._work is not None:  # the writer never opened
             self._work.close()
 
 

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from edgecap.errors import EdgecapError, require
-from edgecap.io import WorkDir, probe_writable
+from edgecap.io import RunOutput, probe_writable
 
 from .records import Record
 
@@ -42,13 +42,12 @@ def check_target(path: str | os.PathLike) -> Path:
     return path
 
 
-class RerunSink:
+class RerunSink(RunOutput):
     def __init__(self, path: str | os.PathLike, source: str = ""):
         rr = require("rerun", "rerun", "writing rerun recordings")
         self.rr = rr
         self.path = check_target(path)
-        self._work = WorkDir(self.path, "--rerun")
-        self.tmp = self._work.file()
+        super().__init__(self.path, "--rerun")
         self.rec = rr.RecordingStream(APPLICATION)
         try:
             self.rec.save(str(self.tmp))
@@ -57,7 +56,6 @@ class RerunSink:
             raise EdgecapError(f"--rerun {self.path}: cannot write ({exc})") from None
         self.rec.log("source", rr.TextDocument(source), static=True)
         self.count = 0
-        self._closed = False
 
     def write(self, record: Record) -> None:
         import cv2
@@ -88,13 +86,6 @@ class RerunSink:
                 rec.log(f"coverage/{threshold.lstrip('>').rstrip('%')}pct", rr.Scalars(value))
         self.count += 1
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.rec.flush()
-            self.rec.disconnect()  # writes the footer and closes the file
-            self._work.commit(self.tmp)
-        finally:
-            self._work.close()
+    def _finish_file(self) -> None:
+        self.rec.flush()
+        self.rec.disconnect()  # writes the footer and closes the file
