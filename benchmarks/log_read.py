@@ -11,6 +11,11 @@ CompressedImage jpeg, and times reading every image of the topic into an OpenCV 
     mcap       mcap SeekingReader + mcap-ros2-support decoder (edgecap.ros.mcap_log.McapLog)
     rosbags    rosbags + its CDR deserialiser: AnyReader on MCAP (edgecap.ros.rosbags_log.RosbagsLog),
                its SQLite3 storage reader on .db3 files (edgecap.ros.rosbags_log.SqliteLog)
+    rosbags AnyReader
+               on SQLite3 too, rosbags' AnyReader on the directory (RosbagsLog): what edgecap
+               read .db3 logs with before SqliteLog, for comparison
+
+`edgecap run` reads MCAP with `mcap` and SQLite3 with `rosbags` (its storage reader).
 
 Reports the median over `--repeats` after a warm-up read, per message and as a ratio, and
 writes results/log_read/log_read.json and .md.
@@ -122,7 +127,8 @@ def readers_for(storage: str, path: Path):
 
     mcaps = [path] if path.suffix == ".mcap" else sorted(path.glob("*.mcap"))
     if not mcaps:
-        return {"rosbags": lambda: SqliteLog(path, sorted(path.glob("*.db3")))}
+        return {"rosbags": lambda: SqliteLog(path, sorted(path.glob("*.db3"))),
+                "rosbags AnyReader": lambda: RosbagsLog(path)}
     return {"mcap": lambda: McapLog(path, mcaps), "rosbags": lambda: RosbagsLog(path)}
 
 

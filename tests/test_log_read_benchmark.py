@@ -20,6 +20,7 @@ def test_log_read_benchmark_quick(tmp_path):
     cells = {(r["storage"], r["message"], r["reader"]) for r in rows}
     assert ("rosbag2 sqlite3", "Image", "rosbags") in cells          # only rosbags reads SQLite3
     assert ("rosbag2 sqlite3", "Image", "mcap") not in cells
+    assert ("rosbag2 sqlite3", "Image", "rosbags AnyReader") in cells  # the reader it replaced, beside it
     assert {("mcap file", "CompressedImage", r) for r in ("mcap", "rosbags")} <= cells
     assert all(r["ms_per_image"] > 0 and r["vs_fastest"] >= 1.0 for r in rows)
     assert "| rosbag2 mcap | Image | mcap |" in (tmp_path / "log_read.md").read_text()
