@@ -4,7 +4,7 @@ Three readers, chosen by storage (benchmarks/log_read.py measured them; docs/run
 the numbers); this module finds a log's files and picks one, `reader.py` holds what they share:
 
     McapLog     mcap_log.py: mcap + mcap-ros2-support, for .mcap files and rosbag2 directories
-                in MCAP storage. 1.1-1.6x faster than rosbags on image topics, and it reads a
+                in MCAP storage. 1.0-1.7x faster than rosbags on image topics, and it reads a
                 recording that was cut short (no summary or footer) up to the cut, which
                 rosbags refuses.
     SqliteLog   rosbags_log.py: rosbags' storage reader, for rosbag2's SQLite3 files (.db3),
