@@ -65,3 +65,35 @@ def test_resume_cli_forms(tmp_path, run_cli):
     assert code == 1 and "name two run directories" in err
     code, _, err = run_cli("train", "--resume", tmp_path / "a")
     assert code == 1 and f"config {tmp_path / 'a' / 'config.toml'} does not exist" in err
+
+
+def test_every_file_a_config_reads_follows_the_rule(tmp_path, monkeypatch):
+    """features, retrieval index, visual_from and front-end weights resolve like the data; a
+    synthetic world's dir may not exist yet (it is generated there)."""
+    import pytest
+
+    from edgecap.errors import EdgecapError
+    from edgecap.train.config import TrainConfig
+
+    started = tmp_path / "started"
+    for name in ("feats.h5", "index/", "smart.pt", "vit.bin", "data.json"):
+        (started / name).parent.mkdir(parents=True, exist_ok=True)
+        (started / name).mkdir() if name.endswith("/") else (started / name).write_bytes(b"x")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = tiny_config(tmp_path / "w")
+    cfg = TrainConfig(**{**cfg.__dict__, "data": type(cfg.data)(karpathy="data.json", features="feats.h5"),
+                         "retrieval": type(cfg.retrieval)(index="index", visual_from="smart.pt"),
+                         "model": {**cfg.model, "visual": {**cfg.model["visual"], "weights": "vit.bin"}}})
+    got = cfg.with_paths_from(started)
+    assert (got.data.karpathy, got.data.features) == (str(started / "data.json"), str(started / "feats.h5"))
+    assert (got.retrieval.index, got.retrieval.visual_from) == (str(started / "index"), str(started / "smart.pt"))
+    assert got.model["visual"]["weights"] == str(started / "vit.bin")
+    assert cfg.data.features == "feats.h5"  # the written config is kept as written (checkpoints store it)
+    (started / "index").rmdir()
+    with pytest.raises(EdgecapError, match=rf"\[retrieval\].index = 'index': {started / 'index'} does not exist"):
+        cfg.with_paths_from(started)
+    synth = tiny_config(tmp_path / "w").__dict__
+    synth["data"].synth.dir = "worlds/w"
+    assert TrainConfig(**synth).with_paths_from(started).data.synth.dir == str(started / "worlds" / "w")
