@@ -74,6 +74,13 @@ def test_records_errors(recorded, run_cli, tmp_path):
     code, _, err = run_cli("eval", "coverage", "--records", old, "--area", "box")
     assert code == 1 and len(err.strip().splitlines()) == 1
     assert f"--records {old}: run 1, frame 0: object 'cup' has no 'box_area'" in err
+    boxed = tmp_path / "boxed.jsonl"  # a detector without masks: --area pixels scores the box, and says so
+    boxed.write_text(json.dumps({"frame_id": 0, "source": "x", "caption": "a cup", "objects": [
+        {"class": "cup", "box": [0, 0, 9, 9], "area": 0.1, "box_area": 0.1},
+        {"class": "bowl", "box": [0, 0, 9, 9], "area": 0.1, "box_area": 0.1, "pixel_area": 0.02}]}) + "\n")
+    code, stdout, _ = run_cli("eval", "coverage", "--records", boxed, "--area", "pixels", "--thresholds", "0.05")
+    assert code == 0 and "1 objects without a pixel area scored by their box" in stdout
+    assert "100.0 (n=1)" in stdout  # only the cup is above 5% by pixels, and the caption names it
     blind = tmp_path / "camera.jsonl"
     blind.write_text(json.dumps({"frame_id": 0, "source": "0", "caption": "a cup"}) + "\n")
     code, _, err = run_cli("eval", "coverage", "--records", blind)

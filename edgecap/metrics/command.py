@@ -202,6 +202,7 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
         for run in runs:
             row_name = name if len(runs) == 1 else f"{name}#{run.number}"
             ids, captions, gts = [], [], []
+            boxed = 0  # --area pixels: objects whose record has no pixel area, scored by their box
             for rec in run.records:
                 if rec.get("objects") is None:
                     continue
@@ -210,6 +211,8 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
                     raise EdgecapError(f"{where}: 'objects' is not a list")
                 try:
                     objects = [KnownObject.from_record(o, area) for o in rec["objects"]]
+                    if area == "pixels":
+                        boxed += sum(1 for o in objects if o.pixel_area is None)
                 except ValueError as exc:
                     raise EdgecapError(f"{where}: {exc}") from None
                 caption = rec.get("caption")
@@ -223,9 +226,10 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
                 ending = f"started {began}, {ending}"
             counts = {"records": len(run.records), "records_without_objects": len(run.records) - len(ids),
                       "malformed_lines": malformed, "source": start.get("source", (run.records or [{}])[0].get("source")),
-                      "run_end": run.end is not None}
-            note = (f"{len(run.records) - len(ids)} records without objects, source {counts['source']}, "
-                    f"{ending}" + (f"; {malformed} malformed lines in the file" if malformed else ""))
+                      "run_end": run.end is not None, "objects_scored_by_box": boxed}
+            note = (f"{len(run.records) - len(ids)} records without objects, "
+                    + (f"{boxed} objects without a pixel area scored by their box, " if boxed else "")
+                    + f"source {counts['source']}, {ending}" + (f"; {malformed} malformed lines in the file" if malformed else ""))
             if not ids:
                 print(f"{row_name}: {len(run.records)} records, none carries the objects in view (run without "
                       "ground truth or --detections): not scored", file=sys.stderr)
