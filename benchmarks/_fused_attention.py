@@ -173,11 +173,13 @@ def _fuse_step_self(g: _Graph, softmax) -> str | None:
     if len(hidden_shape) != 4 or hidden_shape[2] != 1:
         return None
     query, key, value = (g.layout_source(n) for n in (q, new_k, new_v))
-    if any(g.shapes.get(n) != [rows, 1, heads * dh] for n in (query, key, value)):
+    if any(g.shapes.get(n) not in _step_rows(rows, heads * dh) for n in (query, key, value)):
         return None
     out = g.layout_sink(add.output[0])
-    if g.shapes.get(out) != [rows, 1, heads * dh]:
+    if g.shapes.get(out) not in _step_rows(rows, heads * dh):
         return None
+    # the kernels take [batch, sequence, hidden]: a step on [rows, d] gets its sequence axis back
+    query, key, value = (g.reshape(n, [rows, 1, heads * dh]) for n in (query, key, value))
     past_key = _bnsh_input(g, cache_k) if g.bnsh else g.node("past_key", "Transpose", [cache_k], {"perm": [0, 1, 3, 2]})[0]
     if g.self_kernel == "gqa":
         step = g.step_name
@@ -191,12 +193,17 @@ def _fuse_step_self(g: _Graph, softmax) -> str | None:
         node = g.added[-1]
         node.output[1], node.output[2] = f"{cache_k}.present", f"{cache_v}.present"
         g.presents += [(cache_k, [rows, heads, slots, dh]), (cache_v, [rows, heads, slots, dh])]
-        return _rewire(g, out, fused)
+        return _rewire(g, out, g.reshape(fused, g.shapes[out]))
     bias = _hidden_bias(g, hidden)
     own_slot = g.const("own_slot", np.zeros(hidden_shape[:3] + [1], np.float32))
     bias = g.node("bias_cat", "Concat", [bias, own_slot], {"axis": -1})[0]
     fused, _, _ = _mha(g, heads, scale, dh, [query, key, value, "", "", bias, past_key, cache_v], outputs=3)
-    return _rewire(g, out, fused)
+    return _rewire(g, out, g.reshape(fused, g.shapes[out]))
+
+
+def _step_rows(rows: int, width: int) -> tuple[list[int], list[int]]:
+    """The shapes a decoding step's rows may have: [R, 1, d] or [R, d] (edgecap's step)."""
+    return [rows, 1, width], [rows, width]
 
 
 def _bnsh_input(g: _Graph, name: str) -> str:
@@ -230,7 +237,7 @@ def _fuse_shared_keys(g: _Graph, softmax) -> str | None:
     levels = int(np.prod(lead)) if lead else 1
     rows = images * group
     query = g.layout_source(q)
-    if g.shapes.get(query) != [rows, 1, heads * dh]:
+    if g.shapes.get(query) not in _step_rows(rows, heads * dh):
         return None
     out = g.layout_sink(out_mm.output[0])
     if g.shapes.get(out) not in ([*lead, rows, 1, heads * dh], [*lead, rows, heads * dh]):

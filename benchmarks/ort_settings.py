@@ -20,13 +20,20 @@ One exported bundle (random weights, the latency benchmark's model and inputs), 
   (MultiHeadAttention everywhere, layouts unchanged: the transposed keys are transposed back
   in the graph), `mha-bnsh` (the same with the cache and cross keys in the kernel's layout) and
   `gqa-bnsh` (self-attention as GroupQueryAttention writing the new slot into the cache in
-  place, cross-attention as MultiHeadAttention).
+  place, cross-attention as MultiHeadAttention);
+- against a revision (`--against REV`): ms of one decoder step of this checkout's exported
+  graph against the graph that the source at git revision REV exports from the same
+  checkpoint (a subprocess importing REV's `edgecap`), timed in turns the same way, with each
+  graph's node counts before and after onnxruntime's optimiser. The step graph's inputs and
+  outputs must be the same at both revisions (the bundle contract), so the same buffers drive
+  both.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import tempfile
 import time
@@ -51,14 +58,19 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny model, two repeats: keeps the script working in tests")
     p.add_argument("--fused-attention", action="store_true",
                    help="also time one decoder step, the exported graph against its fused-attention rewrites")
-    p.add_argument("--only", choices=("fused-attention",), default=None,
+    p.add_argument("--against", metavar="REV", default=None,
+                   help="also time one decoder step, this checkout's exported graph against the one git revision "
+                        "REV exports from the same weights")
+    p.add_argument("--only", choices=("fused-attention", "against"), default=None,
                    help="measure only this section (skips fusions, start and spinning)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats = min(args.repeats, 2)
     args.stop_at_eos = False
-    if args.only:
+    if args.only == "fused-attention":
         args.fused_attention = True
+    if args.only == "against" and not args.against:
+        p.error("--only against needs --against REV")
     return args
 
 
@@ -170,19 +182,13 @@ class _BoundStep:
         self.session.run_with_iobinding(self.binding)
 
 
-def attention_steps(step_graph: Path, scratch: Path, threads: int, repeats: int, steps_per_repeat: int = 20) -> dict:
-    """ms per decoder step of the exported graph and of each fused-attention rewrite, timed in
-    turns (one block of steps each, `repeats` rounds) so a disturbance hits them all alike."""
+def steps_in_turns(graphs: dict[str, Path], threads: int, repeats: int, steps_per_repeat: int = 20) -> dict:
+    """Median ms per decoder step of each graph, at a mid-caption step (half the cache filled),
+    timed in turns (one block of steps each, `repeats` rounds) so a disturbance hits them all
+    alike; the first graph is the reference of `vs_first`."""
     import onnx
-    from _fused_attention import fuse_attention
 
-    graphs, blocks = {"plain": step_graph}, {}
-    for name, options in ATTENTION_VARIANTS.items():
-        model, counts = fuse_attention(onnx.load(str(step_graph)), **options)
-        graphs[name] = scratch / f"{step_graph.stem}.{name}.onnx"
-        onnx.save(model, str(graphs[name]))
-        blocks[name] = dict(counts)
-    step = onnx.load(str(step_graph), load_external_data=False)
+    step = onnx.load(str(next(iter(graphs.values()))), load_external_data=False)
     half = next((d.dim_value for i in step.graph.input if i.name.startswith("self_v")
                  for d in i.type.tensor_type.shape.dim[-2:-1]), 2) // 2
     runs = {name: _BoundStep(path, threads, half) for name, path in graphs.items()}
@@ -192,13 +198,79 @@ def attention_steps(step_graph: Path, scratch: Path, threads: int, repeats: int,
     for _ in range(repeats):
         for name, run in runs.items():
             times[name].append(sum(timed(run, steps_per_repeat, 0)) / steps_per_repeat)
-    plain = summary(times["plain"])["median_ms"]
+    medians = {name: summary(t)["median_ms"] for name, t in times.items()}
+    first = next(iter(medians.values()))
+    return {name: {"step_ms": ms, "vs_first": ms / first} for name, ms in medians.items()}
+
+
+def attention_steps(step_graph: Path, scratch: Path, threads: int, repeats: int) -> dict:
+    """ms per decoder step of the exported graph and of each fused-attention rewrite."""
+    import onnx
+    from _fused_attention import fuse_attention
+
+    graphs, blocks = {"plain": step_graph}, {}
+    for name, options in ATTENTION_VARIANTS.items():
+        model, counts = fuse_attention(onnx.load(str(step_graph)), **options)
+        graphs[name] = scratch / f"{step_graph.stem}.{name}.onnx"
+        onnx.save(model, str(graphs[name]))
+        blocks[name] = dict(counts)
     out = {}
-    for name in runs:
-        ms = summary(times[name])["median_ms"]
-        out[name] = {"step_ms": ms, "vs_plain": ms / plain, "nodes": len(onnx.load(str(graphs[name])).graph.node),
-                     "fused_blocks": blocks.get(name, {})}
+    for name, timing in steps_in_turns(graphs, threads, repeats).items():
+        out[name] = {"step_ms": timing["step_ms"], "vs_plain": timing["vs_first"],
+                     "nodes": len(onnx.load(str(graphs[name])).graph.node), "fused_blocks": blocks.get(name, {})}
     return out
+
+
+def export_at_revision(rev: str, checkpoint: Path, settings: dict, out: Path, scratch: Path) -> Path:
+    """Export `checkpoint` with the `edgecap` source of git revision `rev` (its tree unpacked
+    under `scratch`, imported by a subprocess ahead of this checkout's) -> the bundle directory."""
+    import json
+    import subprocess
+
+    source = scratch / f"edgecap-{rev}"
+    if not source.exists():
+        source.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "edgecap"], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    code = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "import edgecap\n"
+        f"assert Path(edgecap.__file__).resolve().is_relative_to(Path({str(source)!r}).resolve()), edgecap.__file__\n"
+        "from edgecap.export.bundle import export_bundle\n"
+        "from edgecap.export.formats import resolve_settings\n"
+        "export_bundle(Path(sys.argv[1]), resolve_settings(json.loads(sys.argv[2])), progress=False)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(source)}
+    done = subprocess.run([sys.executable, "-P", "-c", code, str(checkpoint), json.dumps({**settings, "out": str(out)})],
+                          env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"exporting at {rev} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return out
+
+
+def layout_counts(graph: Path, scratch: Path, threads: int) -> dict:
+    """Nodes, Reshapes and Transposes of a graph as exported and after onnxruntime's optimiser."""
+    import onnxruntime as ort
+
+    optimised = scratch / f"{graph.parent.name}.{graph.stem}.all.onnx"
+    session(graph, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads, optimised)
+    out = {}
+    for key, path in (("exported", graph), ("in_session", optimised)):
+        c = ops(path)
+        out[key] = {"nodes": sum(c.values()), "Reshape": c["Reshape"], "Transpose": c["Transpose"]}
+    return out
+
+
+def against_revision(rev: str, model_name: str, bundle_dir: Path, workdir: Path, scratch: Path, args,
+                     precision: str) -> dict:
+    """This checkout's decoder step against the one REV exports from the same checkpoint."""
+    settings = {"engine": "onnx", "batch": args.batch, "beam": args.beam, "precision": precision, "samples": 1}
+    theirs = export_at_revision(rev, workdir / f"{model_name}.pt", settings, workdir / f"{bundle_dir.name}-at-{rev}",
+                                workdir / "sources")
+    graphs = {rev: theirs / "decoder_step.onnx", "this checkout": bundle_dir / "decoder_step.onnx"}
+    timing = steps_in_turns(graphs, args.threads, max(args.repeats, 3))
+    return {name: {**timing[name], **layout_counts(path, scratch, args.threads)} for name, path in graphs.items()}
 
 
 def main(argv=None) -> int:
@@ -234,6 +306,10 @@ def main(argv=None) -> int:
                 print(f"{args.model} {precision}: timing fused attention ...", flush=True)
                 sections["attention"] = attention_steps(root / "decoder_step.onnx", scratch, args.threads,
                                                         max(args.repeats, 3))
+            if args.against:
+                print(f"{args.model} {precision}: timing the decoder step against {args.against} ...", flush=True)
+                sections["against"] = against_revision(args.against, args.model, root, workdir, scratch, args,
+                                                       precision)
             report["bundles"][precision] = sections
     write_json(out / "ort_settings.json", report)
     write_text_atomic(out / "ort_settings.md", markdown(report))
@@ -258,6 +334,18 @@ def markdown(report: dict) -> str:
             cells += [f"{variants[v]['step_ms']:.2f} ({variants[v]['vs_plain']:.2f}x, {variants[v]['nodes']} nodes)"
                       for v in ATTENTION_VARIANTS]
             lines.append(f"| {precision} | " + " | ".join(cells) + " |")
+    against = {p: b["against"] for p, b in report["bundles"].items() if "against" in b}
+    if against:
+        a = report["args"]
+        lines += [""] * bool(lines) + [f"{a['model']}, batch {a['batch']}, beam {a['beam']}: ms per decoder step, "
+                  f"this checkout against {a['against']} (same weights); nodes / Reshapes as exported -> after "
+                  "onnxruntime's optimiser", "", "| precision | graph | ms / step | x the first | nodes | Reshape |",
+                  "|---|---|---|---|---|---|"]
+        for precision, graphs in against.items():
+            for name, g in graphs.items():
+                lines.append(f"| {precision} | {name} | {g['step_ms']:.3f} | {g['vs_first']:.3f}x | "
+                             f"{g['exported']['nodes']} -> {g['in_session']['nodes']} | "
+                             f"{g['exported']['Reshape']} -> {g['in_session']['Reshape']} |")
     return "\n".join(lines) + "\n"
 
 

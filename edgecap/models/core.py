@@ -195,13 +195,15 @@ class TransformerCaptioner(Captioner):
         exported graph takes them); cross at batch B = R / beam -> (log-probs [R, V], per
         cache field the L new slots [R, ..., 1, ...] to write at `step`)."""
         cross_k, cross_v, enc_mask = cross[:3]
-        x = self.embed(token, step + 1).unsqueeze(1)  # [R, 1, d]
+        # [R, d]: one position per row and no length axis, so every linear layer of the step
+        # is a 2-D matmul (a [R, 1, d] input wraps each in reshapes in onnxruntime's graph)
+        x = self.embed(token, step + 1)
         new, carry = [], None
         for i, layer in enumerate(self.layers):
             mine = tuple(t[i] for t in cache)
             x, mine, carry = layer.step(x, mine, step, cross_k[i], cross_v[i], enc_mask, self._side(cross, i), carry)
             new.append(mine)
-        logprobs = F.log_softmax(self.fc(x[:, 0]), dim=-1)
+        logprobs = F.log_softmax(self.fc(x), dim=-1)
         return logprobs, tuple(zip(*new, strict=True))
 
     def decode_prefix(self, cross, tokens):

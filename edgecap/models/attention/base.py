@@ -35,6 +35,14 @@ def slots_before(cache_v: torch.Tensor, step: torch.Tensor, dims: int = 4) -> to
     return (slots < step).view((1,) * (dims - 1) + (-1,))
 
 
+def transpose_keys(k: torch.Tensor) -> torch.Tensor:
+    """Keys [..., L, dh] -> [..., dh, L]; one position (a decoding step) is only a reshape, so
+    the graph moves no data for it."""
+    if k.shape[-2] == 1:
+        return k.reshape(*k.shape[:-2], k.shape[-1], 1)
+    return k.transpose(-1, -2)
+
+
 def group_rows(q: torch.Tensor, groups: int) -> torch.Tensor:
     """[R, H, L, dh] -> [G, H, R/G * L, dh]: consecutive rows (one image's beams) become one
     row whose queries are the beams' queries in order."""
@@ -64,13 +72,19 @@ class MultiHeadAttention(nn.Module):
             nn.init.xavier_uniform_(fc.weight)
             nn.init.zeros_(fc.bias)
 
-    # [B, L, d] -> [B, H, L, dh]
     def split(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, L, d] -> [B, H, L, dh]; a decoding step's rows [R, d] -> [R, H, 1, dh] (a view:
+        with one position there is nothing to transpose)."""
+        if x.dim() == 2:
+            return x.view(x.shape[0], self.n_heads, 1, self.d_head)
         b, n, _ = x.shape
         return x.view(b, n, self.n_heads, self.d_head).transpose(1, 2)
 
-    # [..., B, H, L, dh] -> [..., B, L, d]
-    def merge(self, x: torch.Tensor) -> torch.Tensor:
+    def merge(self, x: torch.Tensor, rows: bool = False) -> torch.Tensor:
+        """[..., B, H, L, dh] -> [..., B, L, d]; rows: a decoding step's [..., R, H, 1, dh] ->
+        [..., R, d], the inverse of `split` on rows."""
+        if rows:
+            return x.reshape(*x.shape[:-3], self.d_model)
         *lead, b, _, n, _ = x.shape
         return x.transpose(-3, -2).reshape(*lead, b, n, self.d_model)
 
@@ -84,9 +98,9 @@ class MultiHeadAttention(nn.Module):
         return k
 
     def project_kv(self, keys: torch.Tensor, values: torch.Tensor):
-        """Projected input keys [B, H, dh, L] (transposed) and values [B, H, L, dh];
-        cross-attention caches these."""
-        return self.adjust_keys(self.split(self.fc_k(keys))).transpose(-1, -2), self.split(self.fc_v(values))
+        """Projected input keys [B, H, dh, L] (transposed) and values [B, H, L, dh], from
+        [B, L, d] or a decoding step's rows [R, d] (L = 1); cross-attention caches these."""
+        return transpose_keys(self.adjust_keys(self.split(self.fc_k(keys)))), self.split(self.fc_v(values))
 
     def attend(self, q, k, v, mask, bias=None, current=None):
         """Attention of q [R, H, Lq, dh] over the keys k [..., Bk, H, dh, Lk] (transposed) and
@@ -170,10 +184,11 @@ class MultiHeadAttention(nn.Module):
     def step(self, x, cache_k, cache_v, step):
         """One query position against a static cache.
 
-        x [R, 1, d]; cache_k [R, H, dh, T] / cache_v [R, H, T, dh] with positions < step
-        filled; step: 0-d int64 tensor. Returns (out [R, 1, d], k [R, H, dh, 1], v [R, H, 1,
-        dh]): the position's own key and value, which the caller writes into slot `step`.
+        x [R, d] (one position per row: no length axis, so every linear layer is a plain 2-D
+        matmul); cache_k [R, H, dh, T] / cache_v [R, H, T, dh] with positions < step filled;
+        step: 0-d int64 tensor. Returns (out [R, d], k [R, H, dh, 1], v [R, H, 1, dh]): the
+        position's own key and value, which the caller writes into slot `step`.
         """
         k, v = self.project_kv(x, x)
         out = self.attend(self.split(self.fc_q(x)), cache_k, cache_v, slots_before(cache_v, step), current=(k, v, None))
-        return self.fc_o(self.merge(out)), k, v
+        return self.fc_o(self.merge(out, rows=True)), k, v

@@ -107,7 +107,8 @@ class ClusteringSelfAttention(_ClusteringBase):
 
     def decode_step(self, x, cache, step, side, carry):
         cache_k, cache_v, cache_a, cache_u = cache
-        a, u = self.scalars(self.norm_s(x))  # [B, 1]: the new position's slots of clu_a, clu_u
+        # [R, 1]: the new position's slots of clu_a, clu_u
+        a, u = (t.unsqueeze(-1) for t in self.scalars(self.norm_s(x)))
         slots = torch.arange(cache_a.shape[1], device=x.device)
         hit = (slots == step).view(1, -1)
         all_a = torch.where(hit, a.to(cache_a.dtype), cache_a)
@@ -123,7 +124,7 @@ class ClusteringSelfAttention(_ClusteringBase):
         k, v = self.project_kv(x, x)
         q = self.split(self.fc_q(x))
         out = self.attend(q, cache_k, cache_v, slots_before(cache_v, step), bias=bias, current=(k, v, own))
-        return self.fc_o(self.merge(out)), (k, v, a, u), carry
+        return self.fc_o(self.merge(out, rows=True)), (k, v, a, u), carry
 
 
 @ENCODER_ATTENTION.register("clustering")

@@ -34,14 +34,15 @@ class CrossAttention(nn.Module):
         return k.unsqueeze(0), v.unsqueeze(0)
 
     def attend_levels(self, x, k, v, enc_mask):
-        """x [R, L, d]; k [n, B, H, dh, N], v [n, B, H, N, dh] (n encoder levels of B images, whose R / B beams
-        share them); enc_mask [B, N] bool -> LN(x + att) for every level [n, R, L, d].
+        """x [R, L, d] (or a decoding step's rows [R, d]); k [n, B, H, dh, N], v [n, B, H, N, dh]
+        (n encoder levels of B images, whose R / B beams share them); enc_mask [B, N] bool ->
+        LN(x + att) for every level [n, R, L, d] ([n, R, d]).
 
         One call for all levels: the query and output projections run once, each image's keys
         are read once whatever the beam size, and no level is sliced out of its input."""
         att = self.attention
         out = att.attend(att.split(att.fc_q(x)), k, v, enc_mask[:, None, None, :])
-        return self.norm(x + self.dropout(att.fc_o(att.merge(out))))
+        return self.norm(x + self.dropout(att.fc_o(att.merge(out, rows=x.dim() == 2))))
 
     def forward(self, x, k, v, enc_mask):
         return self.attend_levels(x, k, v, enc_mask)[0]

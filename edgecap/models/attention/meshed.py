@@ -36,7 +36,7 @@ class MeshedCrossAttention(CrossAttention):
         return k.view(n, b, *k.shape[1:]), v.view(n, b, *v.shape[1:])
 
     def forward(self, x, k, v, enc_mask):
-        levels = self.attend_levels(x, k, v, enc_mask)  # [N, R, L, d]: every C_i in one call
+        levels = self.attend_levels(x, k, v, enc_mask)  # [N, R, (L,) d]: every C_i in one call
         total = 0
         for level, gate in enumerate(self.gates):
             c = levels[level]

@@ -91,7 +91,7 @@ class KnnAugmentedAttention(MultiHeadAttention):
 
     def mix(self, q, own, side):
         """q [R,H,L,dh]; own = self-attention heads [R,H,L,dh]; side = (k [B,H,dh,M], v [B,H,M,dh],
-        visible [B,M]) of the R rows' B images (R / B beams each)."""
+        visible [B,M]) of the R rows' B images (R / B beams each) -> the mixed heads [R,H,L,dh]."""
         mem_k, mem_v, visible = side
         memory = self.attend(q, mem_k, mem_v, visible[:, None, None, :])
         # An image with no retrieved caption must not attend uniformly to padding.
@@ -99,15 +99,15 @@ class KnnAugmentedAttention(MultiHeadAttention):
         if has_memory.shape[0] != q.shape[0]:
             has_memory = has_memory.repeat_interleave(q.shape[0] // has_memory.shape[0])
         alpha = torch.sigmoid(self.gate)
-        return self.fc_o(self.merge(alpha * own + (1 - alpha) * memory * has_memory.view(-1, 1, 1, 1)))
+        return alpha * own + (1 - alpha) * memory * has_memory.view(-1, 1, 1, 1)
 
     def decode_prefix(self, x, mask, side, carry):
         q = self.split(self.fc_q(x))
         k, v = self.project_kv(x, x)
-        return self.mix(q, self.attend(q, k, v, mask), side), carry
+        return self.fc_o(self.merge(self.mix(q, self.attend(q, k, v, mask), side))), carry
 
     def decode_step(self, x, cache, step, side, carry):
         k, v = self.project_kv(x, x)
         q = self.split(self.fc_q(x))
         own = self.attend(q, cache[0], cache[1], slots_before(cache[1], step), current=(k, v, None))
-        return self.mix(q, own, side), (k, v), carry
+        return self.fc_o(self.merge(self.mix(q, own, side), rows=True)), (k, v), carry
