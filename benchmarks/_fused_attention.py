@@ -234,13 +234,13 @@ def _fuse_shared_keys(g: _Graph, softmax) -> str | None:
     group = q_shape[2]
     if q_shape != [images, heads, group, dh] or v_shape != [*lead, images, heads, length, dh]:
         return None
-    levels = int(np.prod(lead)) if lead else 1
     rows = images * group
     query = g.layout_source(q)
     if g.shapes.get(query) not in _step_rows(rows, heads * dh):
         return None
     out = g.layout_sink(out_mm.output[0])
-    if g.shapes.get(out) not in ([*lead, rows, 1, heads * dh], [*lead, rows, heads * dh]):
+    levels = int(np.prod(lead)) if lead else 1
+    if g.shapes.get(out) not in ([*lead, rows, 1, heads * dh], [*lead, rows, heads * dh], [levels * rows, heads * dh]):
         return None
     # hidden broadcasts to the scores [*lead, images, heads, group, length]; MHA wants a bias
     # [batch, 1, group, length] with batch = levels x images

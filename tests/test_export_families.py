@@ -79,6 +79,29 @@ def test_updown_step_graph_records_the_inputs_it_really_has(bundles):
     assert "step" not in names and names[0] == "token" and "hidden.0" in names
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in FAMILIES if n != "updown"])
+def test_step_graph_runs_every_linear_layer_on_rows(bundles, name, tmp_path):
+    """A decoding step carries one position per row, [rows, d]: every linear layer of the step
+    graph is a 2-D product, so onnxruntime's MatMul + Add -> Gemm fusion puts no Reshape around
+    it (a [rows, 1, d] step had two per layer: 84 of M2's 251 nodes at paper size)."""
+    import onnxruntime as ort
+
+    path = bundles[name][1] / "decoder_step.onnx"
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    reshapes = []
+    for graph_path in (path, tmp_path / "optimised.onnx"):
+        g = onnx.shape_inference.infer_shapes(onnx.load(str(graph_path))).graph
+        weights = {t.name for t in g.initializer if len(t.dims) == 2}
+        rank = {v.name: len(v.type.tensor_type.shape.dim) for v in [*g.input, *g.value_info]}
+        linear = [n for n in g.node if n.op_type in ("MatMul", "Gemm", "FusedMatMul") and n.input[1] in weights]
+        assert linear and {rank.get(n.input[0]) for n in linear} == {2}, graph_path.name
+        reshapes.append(sum(n.op_type == "Reshape" for n in g.node))
+    assert reshapes[1] <= reshapes[0], f"onnxruntime added {reshapes[1] - reshapes[0]} Reshape nodes"
+
+
 RUNTIME_PROBE = r"""
 import json, sys
 import numpy as np

@@ -58,8 +58,50 @@ class _Feeds:
         return next(self._iter, None)
 
 
-def _without_value_info(src: Path, dst: Path) -> Path:
-    """A copy of `src` without intermediate shape annotations, beside `dst`.
+def gemm_as_matmul(model) -> int:
+    """Rewrite, in place, each Gemm of a linear layer (a 2-D weight initialiser, alpha = beta = 1,
+    A not transposed) as MatMul(A, W) + Add(bias); -> how many were rewritten.
+
+    The exporters write a linear layer on a 2-D input (the decoder step's [rows, d]) as one
+    Gemm, and onnxruntime's dynamic quantizer has no integer Gemm: it would leave those weights
+    in fp32. onnxruntime fuses MatMul + Add back into Gemm where it keeps fp32.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    graph = model.graph
+    weights = {t.name: t for t in graph.initializer}
+    nodes, rewritten = [], 0
+    for node in graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        weight = weights.get(node.input[1]) if node.op_type == "Gemm" and len(node.input) > 1 else None
+        if (weight is None or len(weight.dims) != 2 or attrs.get("transA", 0)
+                or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0):
+            nodes.append(node)
+            continue
+        w = numpy_helper.to_array(weight)
+        name = f"{node.input[1]}.matmul"
+        if name not in weights:
+            weights[name] = numpy_helper.from_array(w.T.copy() if attrs.get("transB", 0) else w, name)
+            graph.initializer.append(weights[name])
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        product = f"{node.output[0]}.matmul" if bias else node.output[0]
+        nodes.append(onnx.helper.make_node("MatMul", [node.input[0], name], [product], name=f"{node.name or node.output[0]}.matmul"))
+        if bias:
+            nodes.append(onnx.helper.make_node("Add", [product, bias], [node.output[0]], name=f"{node.name or node.output[0]}.bias"))
+        rewritten += 1
+    if rewritten:
+        del graph.node[:]
+        graph.node.extend(nodes)
+        used = {i for n in graph.node for i in n.input}
+        for t in [t for t in graph.initializer if t.name not in used]:
+            graph.initializer.remove(t)
+    return rewritten
+
+
+def _prepared(src: Path, dst: Path, unfold_gemm: bool) -> Path:
+    """A copy of `src` beside `dst` without intermediate shape annotations, and with linear
+    Gemms unfolded (`gemm_as_matmul`) if asked; `src` itself when neither changes anything.
 
     The quantizer re-infers shapes and stops at the first annotation it disagrees with; the
     exporter's annotations of LSTM gate tensors ([4H] vs [H]) are such a case.
@@ -67,10 +109,11 @@ def _without_value_info(src: Path, dst: Path) -> Path:
     import onnx
 
     model = onnx.load(str(src))
-    if not len(model.graph.value_info):
+    unfolded = gemm_as_matmul(model) if unfold_gemm else 0
+    if not len(model.graph.value_info) and not unfolded:
         return src
     del model.graph.value_info[:]
-    clean = dst.with_name(f".{dst.stem}.noshapes.onnx")
+    clean = dst.with_name(f".{dst.stem}.prepared.onnx")
     onnx.save(model, str(clean))
     return clean
 
@@ -85,7 +128,7 @@ def quantize_int8(src: Path, dst: Path, mode: str, feeds: list[dict] | None = No
         if src != dst:
             dst.write_bytes(src.read_bytes())
         return "fp32"
-    original, src = src, _without_value_info(src, dst)
+    original, src = src, _prepared(src, dst, unfold_gemm=mode == "dynamic")
     quiet = io.StringIO()
     level = logging.getLogger().level
     logging.getLogger().setLevel(logging.ERROR)

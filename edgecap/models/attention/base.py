@@ -82,9 +82,10 @@ class MultiHeadAttention(nn.Module):
 
     def merge(self, x: torch.Tensor, rows: bool = False) -> torch.Tensor:
         """[..., B, H, L, dh] -> [..., B, L, d]; rows: a decoding step's [..., R, H, 1, dh] ->
-        [..., R, d], the inverse of `split` on rows."""
+        [... * R, d], leading axes (M2's encoder levels) folded into the rows, so the output
+        projection is one 2-D matmul."""
         if rows:
-            return x.reshape(*x.shape[:-3], self.d_model)
+            return x.reshape(-1, self.d_model)
         *lead, b, _, n, _ = x.shape
         return x.transpose(-3, -2).reshape(*lead, b, n, self.d_model)
 

@@ -42,7 +42,8 @@ class CrossAttention(nn.Module):
         are read once whatever the beam size, and no level is sliced out of its input."""
         att = self.attention
         out = att.attend(att.split(att.fc_q(x)), k, v, enc_mask[:, None, None, :])
-        return self.norm(x + self.dropout(att.fc_o(att.merge(out, rows=x.dim() == 2))))
+        out = att.fc_o(att.merge(out, rows=x.dim() == 2)).view(-1, *x.shape)
+        return self.norm(x + self.dropout(out))
 
     def forward(self, x, k, v, enc_mask):
         return self.attend_levels(x, k, v, enc_mask)[0]
