@@ -49,6 +49,23 @@ def test_ort_settings_quick_reports_fusions_start_and_spinning(tmp_path):
     assert "| int8 | decoder_step |" in (out / "ort_settings.md").read_text()
 
 
+def test_ort_settings_times_the_step_against_another_revision(tmp_path):
+    # HEAD's export of the same checkpoint: the same graph, so the same node counts on both sides
+    out = tmp_path / "against"
+    cmd = [sys.executable, f"{REPO}/benchmarks/ort_settings.py", "--quick", "--model", "smart", "--only", "against",
+           "--against", "HEAD", "--out", str(out)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads((out / "ort_settings.json").read_text())
+    for precision in ("fp32", "int8"):
+        graphs = report["bundles"][precision]["against"]
+        assert list(graphs) == ["HEAD", "this checkout"]
+        ours, theirs = graphs["this checkout"], graphs["HEAD"]
+        assert ours["step_ms"] > 0 and theirs["vs_first"] == 1.0
+        assert ours["exported"] == theirs["exported"] and ours["in_session"]["nodes"] > 0
+    assert "| int8 | this checkout |" in (out / "ort_settings.md").read_text()
+
+
 def test_latency_help_names_the_quick_defaults():
     out = subprocess.run([sys.executable, f"{REPO}/benchmarks/latency.py", "--help"],
                          capture_output=True, text=True, check=True).stdout
