@@ -157,6 +157,9 @@ class _BoundStep:
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
+        # as the runtime (engines.OrtGraph): threads stop spinning when a run returns, so the
+        # graph timed next in turn does not share the cores with this one's spinning threads
+        options.add_session_config_entry("session.force_spinning_stop", "1")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.binding = self.session.io_binding()
         rng = np.random.default_rng(0)
