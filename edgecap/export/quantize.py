@@ -71,7 +71,7 @@ def gemm_as_matmul(model) -> int:
 
     graph = model.graph
     weights = {t.name: t for t in graph.initializer}
-    nodes, rewritten = [], 0
+    nodes, rewritten, replaced = [], 0, set()
     for node in graph.node:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         weight = weights.get(node.input[1]) if node.op_type == "Gemm" and len(node.input) > 1 else None
@@ -80,6 +80,7 @@ def gemm_as_matmul(model) -> int:
             nodes.append(node)
             continue
         w = numpy_helper.to_array(weight)
+        replaced.add(node.input[1])
         name = f"{node.input[1]}.matmul"
         if name not in weights:
             weights[name] = numpy_helper.from_array(w.T.copy() if attrs.get("transB", 0) else w, name)
@@ -93,8 +94,8 @@ def gemm_as_matmul(model) -> int:
     if rewritten:
         del graph.node[:]
         graph.node.extend(nodes)
-        used = {i for n in graph.node for i in n.input}
-        for t in [t for t in graph.initializer if t.name not in used]:
+        used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+        for t in [t for t in graph.initializer if t.name in replaced and t.name not in used]:
             graph.initializer.remove(t)
     return rewritten
 
