@@ -42,17 +42,15 @@ def _record_id(rec: dict) -> str | None:
 
 def read_captions(path: str | Path, normalize=None) -> CaptionFile:
     """Read a caption file; `normalize` maps raw image ids to the keys used for matching."""
+    from edgecap.jsonl import read_bytes, read_objects
+
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise EdgecapError(f"{path}: cannot read caption file ({exc.strerror})") from None
+    raw = read_bytes(path, "caption file")
     counts = {"records": 0, "duplicates": 0, "malformed_records": 0, "non_utf8_records": 0,
               "missing_caption": 0, "empty_captions": 0, "run_markers": 0}
     records: list = []
     text = raw.decode("utf-8", errors="replace")
     stripped = text.lstrip("\ufeff \t\r\n")
-    parsed = None
     if stripped.startswith("["):
         try:
             parsed = json.loads(stripped)
@@ -65,18 +63,9 @@ def read_captions(path: str | Path, normalize=None) -> CaptionFile:
             counts["non_utf8_records"] = sum(
                 1 for r in records if isinstance(r, dict) and "\ufffd" in str(r.get("caption", "")))
     else:
-        for line in raw.splitlines():
-            if not line.strip():
-                continue
-            try:
-                line_text = line.decode("utf-8")
-            except UnicodeDecodeError:
-                counts["non_utf8_records"] += 1
-                line_text = line.decode("utf-8", errors="replace")
-            try:
-                records.append(json.loads(line_text))
-            except json.JSONDecodeError:
-                counts["malformed_records"] += 1
+        lines = read_objects(raw)
+        records = lines.objects
+        counts.update(malformed_records=lines.malformed + lines.non_objects, non_utf8_records=lines.non_utf8)
     captions: dict[str, str] = {}
     for rec in records:
         if not isinstance(rec, dict):

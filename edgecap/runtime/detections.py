@@ -16,11 +16,11 @@ loader does (tvmonitor -> television).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
+from edgecap.jsonl import json_lines, read_bytes
 
 from .sources import KnownObject
 
@@ -62,21 +62,14 @@ class Detections:
 
         self.path = Path(path)
         self.area = check_area(area)
-        try:
-            lines = self.path.read_text(encoding="utf-8-sig").splitlines()  # PowerShell writes a BOM
-        except OSError as exc:
-            raise EdgecapError(f"--detections {self.path}: cannot read ({exc.strerror})") from None
-        except UnicodeDecodeError as exc:
-            raise EdgecapError(f"--detections {self.path}: not UTF-8 text (byte {exc.start})") from None
         self._frames: dict[int, list] = {}
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            where = f"--detections {self.path}:{n}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EdgecapError(f"{where}: invalid JSON: {exc.msg}") from None
+        for line in json_lines(read_bytes(self.path, where=f"--detections {self.path}")):
+            where = f"--detections {self.path}:{line.number}"
+            if not line.utf8:
+                raise EdgecapError(f"{where}: not UTF-8 text")
+            if line.error is not None:
+                raise EdgecapError(f"{where}: {line.error}")
+            rec = line.value
             if not isinstance(rec, dict):
                 raise EdgecapError(f"{where}: expected an object with frame_id and objects")
             frame_id = rec.get("frame_id", rec.get("frame"))

@@ -259,27 +259,12 @@ def read_runs(path: str | os.PathLike) -> tuple[list[RecordedRun], int]:
     """(the runs of a caption log, in order; lines that are not JSON objects, skipped). Caption
     records before any run_start form a run of their own; a run_start always opens a new run,
     so a killed run (no run_end) ends where the next one starts."""
-    from edgecap.errors import EdgecapError
+    from edgecap.jsonl import read_bytes, read_objects
 
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise EdgecapError(f"{path}: cannot read caption log ({exc.strerror or exc})") from None
+    lines = read_objects(read_bytes(path, "caption log"))
     runs: list[RecordedRun] = []
     current: RecordedRun | None = None
-    malformed = 0
-    for line in raw.splitlines():
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line.decode("utf-8", errors="replace"))
-        except json.JSONDecodeError:  # a half line left by a killed process
-            malformed += 1
-            continue
-        if not isinstance(rec, dict):
-            malformed += 1
-            continue
+    for rec in lines.objects:
         kind = rec.get("kind")
         if kind == RUN_START or current is None:
             current = RecordedRun(len(runs) + 1, start=rec if kind == RUN_START else None)
@@ -291,4 +276,4 @@ def read_runs(path: str | os.PathLike) -> tuple[list[RecordedRun], int]:
             current = None
         elif kind is None:
             current.records.append(rec)
-    return [r for r in runs if r.records or r.start is not None], malformed
+    return [r for r in runs if r.records or r.start is not None], lines.malformed + lines.non_objects

@@ -1,0 +1,90 @@
+"""Reading JSON Lines: the one way edgecap reads a JSONL file.
+
+Three kinds of file are JSON Lines: the caption logs `edgecap run --jsonl` writes
+(`edgecap.runtime.records.read_runs`), caption files for `edgecap eval`
+(`edgecap.metrics.captions.read_captions`) and `--detections` files
+(`edgecap.runtime.detections`). All of them are read here, the same way:
+
+- the file is read as bytes; an OSError is a one-line error naming the file (`read_bytes`);
+- it is split into lines on the bytes (b"\\n", b"\\r\\n", b"\\r"), never on the decoded text, whose
+  `splitlines` would also cut at U+2028 or U+0085 inside a caption;
+- blank lines are skipped; line numbers count every line, blank ones included, as an editor does;
+- a UTF-8 byte order mark (PowerShell's `Out-File`, Notepad) is dropped from the first line;
+- a line that is not UTF-8 is decoded with U+FFFD in place of the bad bytes and still parsed,
+  and says so (`JsonLine.utf8`).
+
+Readers of logs, which a killed process may leave with a half line, count what is not a JSON
+object and go on (`read_objects`); a reader of input that must be right (`--detections`)
+stops at the first such line with its number (`json_lines`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgecap.errors import EdgecapError
+
+BOM = b"\xef\xbb\xbf"
+
+
+def read_bytes(path: str | os.PathLike, what: str = "", where: str | None = None) -> bytes:
+    """The file's bytes, or the one-line error "<where>: cannot read[ <what>] (<reason>)";
+    `where` is the path unless the caller names it otherwise (the flag that gave it)."""
+    where = str(Path(path)) if where is None else where
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise EdgecapError(f"{where}: cannot read{' ' + what if what else ''} ({exc.strerror or exc})") from None
+
+
+@dataclass(frozen=True)
+class JsonLine:
+    number: int                 # 1-based, as an editor counts lines
+    value: object = None        # the parsed JSON value (None when `error`)
+    error: str | None = None    # "invalid JSON: <reason>" when the line does not parse
+    utf8: bool = True           # False: bytes that are not UTF-8 were read as U+FFFD
+
+
+def json_lines(raw: bytes) -> Iterator[JsonLine]:
+    """Every non-blank line of a JSON Lines file, parsed (or with the reason it does not parse)."""
+    for number, line in enumerate(raw.splitlines(), 1):
+        if number == 1 and line.startswith(BOM):
+            line = line[len(BOM):]
+        if not line.strip():
+            continue
+        try:
+            text, utf8 = line.decode("utf-8"), True
+        except UnicodeDecodeError:
+            text, utf8 = line.decode("utf-8", errors="replace"), False
+        try:
+            yield JsonLine(number, json.loads(text), utf8=utf8)
+        except json.JSONDecodeError as exc:  # e.g. a half line left by a killed process
+            yield JsonLine(number, error=f"invalid JSON: {exc.msg}", utf8=utf8)
+
+
+@dataclass
+class JsonObjects:
+    """The JSON objects of a JSON Lines file, in order, and a count of every other line."""
+
+    objects: list[dict] = field(default_factory=list)
+    malformed: int = 0          # lines that are not JSON
+    non_objects: int = 0        # JSON values that are not objects (a bare number, a list)
+    non_utf8: int = 0           # lines with bytes that are not UTF-8 (still parsed, with U+FFFD)
+
+
+def read_objects(raw: bytes) -> JsonObjects:
+    """The JSON objects of `raw`, skipping (and counting) every line that is not one."""
+    out = JsonObjects()
+    for line in json_lines(raw):
+        out.non_utf8 += not line.utf8
+        if line.error is not None:
+            out.malformed += 1
+        elif not isinstance(line.value, dict):
+            out.non_objects += 1
+        else:
+            out.objects.append(line.value)
+    return out
