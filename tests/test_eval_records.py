@@ -28,6 +28,9 @@ def recorded(tmp_path_factory):
         code = main(["run", str(root / "demo" / "bundle"), "--source", f"synth://tabletop?seed={seed}&size=96",
                      "--frames", "5", "--jsonl", str(log), "--append", "--area", area, "--quiet"])
         assert code == 0
+    plain = root / "plain.jsonl"  # without --append: its summary is the file beside it
+    assert main(["run", str(root / "demo" / "bundle"), "--source", "synth://tabletop?seed=4&size=96",
+                 "--frames", "4", "--jsonl", str(plain), "--quiet"]) == 0
     return log
 
 
@@ -106,3 +109,45 @@ def test_read_runs_splits_an_appended_log_at_its_markers(tmp_path):
     assert [[r["caption"] for r in run.records] for run in runs] == [["a"], ["b"], ["c", "d"]]
     assert [(run.start or {}).get("source") for run in runs] == [None, "s1", "s2"]
     assert [run.end is not None for run in runs] == [False, False, True]
+
+
+def test_records_print_the_runs_own_coverage_beside_the_rescored(recorded, run_cli, tmp_path):
+    """Each run's row is followed by what the run itself reported (its run_end summary, the
+    summary file beside a log written without --append, or its records' mean when it was
+    killed) and the difference, so a re-scoring that does not reproduce the run shows at once."""
+    lines = recorded.read_text().splitlines()
+    ends = [json.loads(line) for line in lines if '"run_end"' in line]
+    killed = tmp_path / "killed.jsonl"  # the second run without its run_end: a SIGKILL
+    killed.write_text("\n".join(lines[:-1]) + "\n")
+    plain = recorded.with_name("plain.jsonl")
+    plain_summary = json.loads(recorded.with_name("plain.summary.json").read_text())
+    doc, stdout = _report(run_cli, tmp_path, "--records", recorded, killed, plain)
+    for name, end in (("run#1", ends[0]), ("run#2", ends[1]), ("killed#2", ends[1]), ("plain", plain_summary)):
+        got = doc["files"][name]["recorded"]
+        assert {k: v["mean"] for k, v in got["thresholds"].items()} == pytest.approx(end["coverage_mean"], abs=2e-6)
+        assert {k: v["n_images"] for k, v in got["thresholds"].items()} == end["coverage_frames"]
+        assert got["rule"] == (None if name == "killed#2" else end["coverage_rule"])
+        assert all(abs(d) < 2e-6 for d in got["difference"].values())  # the run's own settings: reproduced
+        printed = stdout.splitlines()
+        at = next(i for i, line in enumerate(printed) if line.split()[:1] == [name])
+        mine, diff = printed[at + 1].split(), printed[at + 2].split()
+        assert mine[0] == "recorded" and diff == ["difference"] + ["+0.0"] * len(LABELS)
+        assert mine[1::2] == [f"{100 * end['coverage_mean'][k]:.1f}" for k in LABELS]
+    assert [doc["files"][n]["recorded"]["from"] for n in ("run#1", "killed#1", "killed#2", "plain")] == [
+        "run_end", "run_end", "records", str(plain.with_name("plain.summary.json"))]
+    assert "recorded coverage: its run_end summary, pixels area > threshold" in stdout
+    assert "recorded coverage: the mean of its records (no summary: killed), area rule not recorded" in stdout
+
+
+def test_records_rescored_otherwise_show_how_far_from_the_run(recorded, run_cli, tmp_path):
+    doc, stdout = _report(run_cli, tmp_path, "--records", recorded, "--area", "box", "--thresholds", "0.01", "0.3")
+    second = doc["files"]["run#2"]  # recorded by pixel areas, re-scored by box areas
+    assert second["recorded"]["rule"] == "pixels area > threshold"
+    assert set(second["recorded"]["thresholds"]) == set(LABELS) and list(second["recorded"]["difference"]) == [">1%", ">30%"]
+    assert second["recorded"]["difference"][">30%"] is None  # the run scored no 30 % column
+    want = second["summary"]["thresholds"][">1%"]["mean"] - second["recorded"]["thresholds"][">1%"]["mean"]
+    assert second["recorded"]["difference"][">1%"] == pytest.approx(want, abs=1e-6)
+    lines = stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("run#2 "))
+    assert lines[at + 1].split()[-1] == "-" and lines[at + 2].split() == [
+        "difference", f"{round(100 * want, 1) + 0.0:+.1f}", "-"]

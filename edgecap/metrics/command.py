@@ -11,6 +11,7 @@ Heavy imports (spaCy, GloVe, pycocoevalcap, matplotlib) happen inside the handle
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -59,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cov.add_argument("--acvr", metavar="DIR", help="ACVR root (sequence folders with labels.json)")
     cov.add_argument("--records", nargs="+", metavar="FILE",
                      help="re-score edgecap run --jsonl logs against the objects their records carry (no "
-                          "--acvr); one table row per run (--append logs hold several)")
+                          "--acvr); one table row per run (--append logs hold several), each followed by "
+                          "the coverage the run itself recorded and the difference")
     cov.add_argument("--images-root", metavar="DIR", help="RGB frames under DIR/<sequence>/ (default: beside labels.json)")
     cov.add_argument("--out", metavar="DIR", help="write coverage.json and PNG charts here")
     cov.add_argument("--profit", choices=("clipped-cosine", "shifted-cosine", "exact"), default="clipped-cosine",
@@ -162,6 +164,7 @@ class CoverageRow:
     gts: list[dict[str, float]]
     counts: dict
     note: str = ""  # the row's count line, printed under the table
+    recorded: dict | None = None  # --records: the coverage the run itself reported (RecordedRun)
 
 
 def _acvr_rows(args, area: str) -> dict[str, CoverageRow]:
@@ -190,7 +193,7 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
     """--records FILE ...: one row per recorded run, its ground truth the objects each record
     carries, scored by `area` (None: the area the run used); the same class areas the live
     loop scores (edgecap.runtime.scoring.class_areas)."""
-    from edgecap.runtime.records import read_runs
+    from edgecap.runtime.records import read_runs, summary_path
     from edgecap.runtime.scoring import class_areas
     from edgecap.runtime.sources import KnownObject
 
@@ -199,6 +202,7 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
         runs, malformed = read_runs(path)
         if not runs:
             raise EdgecapError(f"--records {path}: no caption records (expected the JSONL edgecap run --jsonl writes)")
+        beside = _summary_of(runs[0], summary_path(path)) if len(runs) == 1 and runs[0].start is None else None
         for run in runs:
             row_name = name if len(runs) == 1 else f"{name}#{run.number}"
             ids, captions, gts = [], [], []
@@ -234,15 +238,42 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
                 print(f"{row_name}: {len(run.records)} records, none carries the objects in view (run without "
                       "ground truth or --detections): not scored", file=sys.stderr)
                 continue
-            rows[row_name] = CoverageRow(Path(path), ids, captions, gts, counts, note)
+            recorded = run.recorded_coverage(beside)
+            note += ("; the run recorded no coverage" if recorded is None else
+                     f"; recorded coverage: {_recorded_from(recorded)}")
+            rows[row_name] = CoverageRow(Path(path), ids, captions, gts, counts, note, recorded)
     if not rows:
         raise EdgecapError("--records: no record carries the objects in view, so there is nothing to score "
                            "(coverage needs a source with ground truth or edgecap run --detections)")
     return rows
 
 
+def _recorded_from(recorded: dict) -> str:
+    where = {"run_end": "its run_end summary", "records": "the mean of its records (no summary: killed)"}
+    rule = recorded["rule"] or "area rule not recorded"
+    return f"{where.get(recorded['from'], 'its summary file ' + recorded['from'])}, {rule}"
+
+
+def _summary_of(run, path: Path) -> tuple[str, dict] | None:
+    """(path, the summary edgecap run wrote beside a log written without --append) when it is
+    this run's: same source and number of captions (a killed run leaves the previous one's)."""
+    from edgecap.io import json_file_with
+
+    if not json_file_with("frames_captioned", "source")(path):
+        return None
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    ours = (summary["frames_captioned"] == len(run.records)
+            and all(r.get("source") == summary["source"] for r in run.records))
+    return (str(path), summary) if ours else None
+
+
 def run_coverage(args) -> int:
-    from edgecap.metrics.coverage import CoverageScorer, format_table, summarize
+    from edgecap.metrics.coverage import (
+        CoverageScorer,
+        coverage_difference,
+        format_table,
+        summarize,
+    )
 
     if bool(args.records) == bool(args.captions):
         raise EdgecapError("eval coverage: give --captions FILE ... with --acvr DIR, or --records RUN.jsonl ...")
@@ -267,7 +298,8 @@ def run_coverage(args) -> int:
         summary["counts"].update(row.counts)
         summaries[name], results_of[name] = summary, results
 
-    print(format_table(summaries, scorer.thresholds))
+    recorded = {name: row.recorded for name, row in rows.items() if row.recorded}
+    print(format_table(summaries, scorer.thresholds, recorded))
     for name, s in summaries.items():
         c = s["counts"]
         scored = (f"{name}: {c['images']} images scored, {c['empty_captions']} empty captions, "
@@ -296,6 +328,9 @@ def run_coverage(args) -> int:
                              "images": {i: r.to_json() for i, r in zip(row.ids, results_of[name], strict=True)}}
                       for name, row in rows.items()},
         }
+        for name, rec in recorded.items():  # --records: what the run reported, and re-scored minus it
+            doc["files"][name]["recorded"] = {
+                **rec, "difference": coverage_difference(summaries[name]["thresholds"], rec["thresholds"])}
         write_json_atomic(report, doc)
         written = [report]
         if not args.no_plot:

@@ -261,17 +261,45 @@ def summarize(results: list[CoverageResult], thresholds=None) -> dict:
     return out
 
 
-def format_table(rows: dict[str, dict], thresholds) -> str:
-    """SMArT Table IV layout: one row per caption file, one column per area threshold."""
+def format_table(rows: dict[str, dict], thresholds, recorded: dict[str, dict] | None = None) -> str:
+    """SMArT Table IV layout: one row per caption file, one column per area threshold.
+
+    `recorded` (`eval coverage --records`): per row, the coverage the run itself recorded
+    ({"thresholds": {label: {"mean", "n_images"}}}), printed under the row with the difference
+    (re-scored minus recorded, in points); "-" where the run recorded no such threshold."""
     labels = [threshold_label(t) for t in thresholds]
-    name_w = max([len("captions")] + [len(n) for n in rows])
-    lines = [f"{'captions':<{name_w}}  " + "  ".join(f"{lab:>13}" for lab in labels)]
+    recorded = recorded or {}
+    names = [*rows, *(["  recorded", "  difference"] if recorded else [])]
+    name_w = max([len("captions")] + [len(n) for n in names])
+
+    def line(name: str, texts) -> str:
+        return f"{name:<{name_w}}  " + "  ".join(t.rjust(13) for t in texts)
+
+    lines = [line("captions", labels)]
     for name, summary in rows.items():
-        cells = []
-        for lab in labels:
-            cell = summary["thresholds"].get(lab, {})
-            mean = cell.get("mean")
-            text = "-" if mean is None or math.isnan(mean) else f"{100 * mean:5.1f}"
-            cells.append(f"{text} (n={cell.get('n_images', 0)})".rjust(13))
-        lines.append(f"{name:<{name_w}}  " + "  ".join(cells))
+        lines.append(line(name, [_cell(summary["thresholds"].get(lab, {})) for lab in labels]))
+        if name not in recorded:
+            continue
+        then = recorded[name]["thresholds"]
+        lines.append(line("  recorded", [_cell(then[lab]) if lab in then else "-" for lab in labels]))
+        diff = coverage_difference(summary["thresholds"], then)
+        lines.append(line("  difference", ["-" if diff.get(lab) is None else f"{round(100 * diff[lab], 1) + 0.0:+.1f}"
+                                           for lab in labels]))  # + 0.0: no "-0.0" for a rounding residue
     return "\n".join(lines)
+
+
+def _cell(cell: dict) -> str:
+    mean = cell.get("mean")
+    text = "-" if mean is None or math.isnan(mean) else f"{100 * mean:5.1f}"
+    return f"{text} (n={cell.get('n_images', 0)})"
+
+
+def coverage_difference(now: dict, then: dict) -> dict[str, float | None]:
+    """Per threshold label of `now`: its mean coverage minus `then`'s (both {label: {"mean",
+    ...}}), None where either has no mean."""
+    out = {}
+    for label, cell in now.items():
+        a, b = cell.get("mean"), then.get(label, {}).get("mean")
+        # to the 6 decimals records and summaries keep: what is left below is their rounding
+        out[label] = None if a is None or b is None or math.isnan(a) or math.isnan(b) else round(a - b, 6) + 0.0
+    return out

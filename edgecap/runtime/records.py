@@ -254,6 +254,33 @@ class RecordedRun:
     end: dict | None = None                       # its run_end line, the run's summary (None: killed)
     records: list[dict] = field(default_factory=list)
 
+    def recorded_coverage(self, summary: tuple[str, dict] | None = None) -> dict | None:
+        """The coverage the run itself reported: {"from", "rule", "thresholds": {label: {"mean",
+        "n_images"}}}, from its summary (its run_end line, or `summary`: (where, the summary
+        file of a log written without --append)), what it printed at exit; for a run without
+        one (killed), the mean of its records' own per-frame coverage, which is how the summary
+        averages it; None when the run scored no coverage."""
+        where, end = ("run_end", self.end) if self.end is not None else summary or ("", {})
+        means, frames = end.get("coverage_mean"), end.get("coverage_frames")
+        if isinstance(means, dict) and isinstance(frames, dict) and means:
+            thresholds = {label: {"mean": mean, "n_images": frames.get(label)} for label, mean in means.items()
+                          if _is_number(mean)}
+            return {"from": where, "rule": end.get("coverage_rule"), "thresholds": thresholds}
+        values: dict[str, list[float]] = {}
+        for rec in self.records:
+            coverage = rec.get("coverage")
+            for label, value in (coverage.items() if isinstance(coverage, dict) else ()):
+                if _is_number(value):
+                    values.setdefault(label, []).append(value)
+        if not values:
+            return None
+        return {"from": "records", "rule": end.get("coverage_rule"),
+                "thresholds": {label: {"mean": float(np.mean(v)), "n_images": len(v)} for label, v in values.items()}}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
 
 def read_runs(path: str | os.PathLike) -> tuple[list[RecordedRun], int]:
     """(the runs of a caption log, in order; lines that are not JSON objects, skipped). Caption
