@@ -41,6 +41,28 @@ def test_flags_override_the_config_and_paths_are_relative_to_it(tmp_path):
     assert settings_from_args(_args("--config", str(cfg), "--spin")).spin is True
 
 
+def test_a_config_next_to_its_data_finds_its_source_there(tmp_path, monkeypatch):
+    """source, like bundle and jsonl, is relative to the config's folder when it names a file
+    or folder; a camera index and a URL stay as written."""
+    cfg = tmp_path / "robot" / "run.toml"
+    (tmp_path / "robot" / "clips").mkdir(parents=True)
+    (tmp_path / "robot" / "clips" / "a.mp4").write_bytes(b"x")
+    monkeypatch.chdir(tmp_path)
+    for written, want in (("clips/a.mp4", str(tmp_path / "robot" / "clips" / "a.mp4")), ("0", "0"),
+                          ("synth://tabletop?seed=1", "synth://tabletop?seed=1"), ("rtsp://cam/1", "rtsp://cam/1"),
+                          ("/dev/video0", "/dev/video0"), ("not-yet/b.mp4", str(tmp_path / "robot" / "not-yet" / "b.mp4"))):
+        cfg.write_text(f'bundle = "b"\nsource = "{written}"\n')
+        assert read_config(str(cfg))["source"] == want
+    # a path written from where edgecap runs (the rule before 24 Nov 2026 for source) is named, not taken
+    (tmp_path / "here.mp4").write_bytes(b"x")
+    cfg.write_text('bundle = "b"\nsource = "here.mp4"\n')
+    with pytest.raises(EdgecapError) as info:
+        read_config(str(cfg))
+    assert str(info.value) == (f"--config {cfg}: source = 'here.mp4' is relative to the config's folder, and "
+                               f"{tmp_path / 'robot' / 'here.mp4'} does not exist ({tmp_path / 'here.mp4'} does: "
+                               "write that path in the config)")
+
+
 @pytest.mark.parametrize("text, message", [
     ('sorce = "0"', "unknown key 'sorce' (did you mean 'source'?)"),
     ('beam = "three"', "beam = 'three' has the wrong type: expected an integer"),

@@ -52,10 +52,30 @@ def test_a_missing_relative_data_path_is_one_line_naming_key_and_place(tmp_path,
     code, _, err = run_cli("train", "--resume", "project/runs/t", "--quiet")
     assert code == 1 and len(err.strip().splitlines()) == 1
     assert (f"[data].images = 'data/w/images': {project / 'data' / 'w' / 'images'} does not exist (relative paths "
-            f"are relative to the directory the run started in, {project})") in err
+            f"are relative to the directory the run started in, {project}, not to the config's folder)") in err
     code, _, err = run_cli("train", "--config", "project/configs/tiny.toml", "--out", "x", "--quiet")
     assert code == 1 and f"[data].karpathy = 'data/w/dataset_coco.json': {tmp_path / 'data'}" in err
     assert not (tmp_path / "x").exists()  # nothing written for a run that cannot start
+
+
+def test_a_config_written_next_to_its_data_is_told_where_its_paths_point(tmp_path, run_cli, monkeypatch):
+    """The rule stays the directory the run starts in (the shipped configs and a run's copy of its
+    config depend on it), but a config whose data sits beside it gets an error that says so."""
+    project = _project(tmp_path / "project")
+    mine = project / "data" / "w" / "train.toml"
+    text = (project / "configs" / "tiny.toml").read_text()
+    mine.write_text(text.replace('"data/w/dataset_coco.json"', '"dataset_coco.json"').replace('"data/w/images"', '"images"'))
+    monkeypatch.chdir(project)
+    code, _, err = run_cli("train", "--config", mine, "--out", "runs/m", "--max-steps", 1, "--quiet")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert (f"[data].karpathy = 'dataset_coco.json': {project / 'dataset_coco.json'} does not exist (relative paths "
+            f"are relative to the directory the run started in, {project}, not to the config's folder); "
+            f"{mine.parent / 'dataset_coco.json'} exists beside the config: write that path, or start the run in "
+            f"{mine.parent}") in err
+    assert not (project / "runs" / "m").exists()
+    monkeypatch.chdir(mine.parent)  # as the message says: from there it trains
+    code, stdout, err = run_cli("train", "--config", mine, "--out", project / "runs" / "m", "--max-steps", 1, "--quiet")
+    assert code == 0 and "stopped at step 1" in stdout, err
 
 
 def test_resume_cli_forms(tmp_path, run_cli):

@@ -13,6 +13,7 @@ Ctrl-C or SIGTERM stops between batches: the summary is printed and the JSONL is
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -50,8 +51,11 @@ class RunSettings:
     area: str = "box"
 
 
-# Config-file keys: RunSettings fields; these are paths, resolved against the config's folder.
+# Config-file keys: RunSettings fields; these are paths, resolved against the config's folder
+# (a deployed config travels with its bundle; docs/runtime.md says why training configs differ).
 CONFIG_PATHS = ("bundle", "jsonl", "detections", "save_video", "out_mcap", "rerun")
+# ... and so is `source` when it names a file or folder (not a camera index or a URL)
+CONFIG_INPUTS = ("bundle", "detections", "source")
 REPLAY_PACE = {"realtime": "native", "fast": "every"}
 
 
@@ -61,7 +65,10 @@ def add_arguments(parser) -> None:
                         help="an exported bundle directory (edgecap export)")
     parser.add_argument("--config", default=None, metavar="FILE",
                         help="TOML file of these options (keys as the flags: source, beam, "
-                             "max_fps, ...); flags given on the command line win")
+                             "max_fps, ...); flags given on the command line win. Relative paths in "
+                             "it (bundle, source, jsonl, ...) are relative to the config file's "
+                             "folder, not to where edgecap runs (unlike a training config: "
+                             "docs/runtime.md)")
     parser.add_argument("--source", default=None,
                         help="camera index (0), video file, rtsp:// or http:// URL, image folder, "
                              "ACVR sequence folder, or synth://tabletop[?seed=S&size=N&fps=F]")
@@ -170,8 +177,34 @@ def read_config(path: str) -> dict:
                                f"{_TOML_KIND.get(expected, 'a string in quotes')}")
         if name in CONFIG_PATHS:
             value = str((path.parent / Path(value).expanduser()).resolve())
+        elif name == "source" and _names_a_path(value) and not Path(value).expanduser().is_absolute():
+            # joined, not resolved: a camera's /dev/v4l/by-id link must stay the name reopened
+            value = os.path.abspath(path.parent / Path(value).expanduser())
+        if name in CONFIG_INPUTS and _names_a_path(data[key]):
+            _check_config_relative(path, key, data[key], value)
         out[name] = value
     return out
+
+
+def _names_a_path(source: str) -> bool:
+    """A source string that is a file or folder, not a camera index or a URL (synth://, rtsp://)."""
+    text = source.strip()
+    return bool(text) and not text.isdigit() and "://" not in text
+
+
+def _check_config_relative(config, key: str, written: str, resolved: str) -> None:
+    """A relative input path of a config that is missing beside the config but present from the
+    current directory was written for the other rule: say so in one line instead of failing
+    later on a path the user never typed (or, worse, taking the other file)."""
+    from pathlib import Path
+
+    from edgecap.errors import EdgecapError
+
+    here = Path(written).expanduser()
+    if here.is_absolute() or Path(resolved).exists() or not here.exists():
+        return
+    raise EdgecapError(f"--config {config}: {key} = {written!r} is relative to the config's folder, and "
+                       f"{resolved} does not exist ({Path(here).resolve()} does: write that path in the config)")
 
 
 def settings_from_args(args) -> RunSettings:

@@ -15,7 +15,10 @@ import shlex
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None,
                         help="training config (TOML), e.g. configs/demo-tabletop.toml (default with --resume RUN_DIR: "
-                             "RUN_DIR/config.toml)")
+                             "RUN_DIR/config.toml). Relative paths in it (data, index, weights) are relative "
+                             "to the directory the run starts in, not to the config file's folder (unlike "
+                             "edgecap run --config: docs/training.md); --resume and export keep reading "
+                             "them from there")
     parser.add_argument("--data", default=None, metavar="DIR",
                         help="train on this dataset folder instead of the config's data: dataset_coco.json "
                              "plus images/ (as edgecap data synth writes) or features.h5")
@@ -24,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(e.g. --set schedule.epochs=3 --set model.memory.slots=8); repeatable")
     parser.add_argument("--out", default=None, help="run directory (default: [run].out or runs/<config name>)")
     parser.add_argument("--resume", nargs="?", const="", default=None, metavar="RUN_DIR",
-                        help="continue a run exactly where it stopped: the run in RUN_DIR, else in --out")
+                        help="continue a run exactly where it stopped: the run in RUN_DIR, else in --out; "
+                             "its config's relative paths still mean what they meant where the run started")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="stop (saving last.pt) once the run reaches this many optimizer steps")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: [run].device (auto)")

@@ -171,9 +171,10 @@ class TrainConfig:
         (edgecap.config_paths); a file that is not there is a one-line error naming its key.
         `[data.synth].dir` may not exist yet (the world is generated there)."""
         where = self.source or "config"
+        config = self.source if self.source and Path(self.source).is_file() else None
 
         def existing(value: str, key: str) -> str:
-            return str(existing_from_run_start(value, started_in, f"{where}: {key}")) if value else value
+            return str(existing_from_run_start(value, started_in, f"{where}: {key}", config)) if value else value
 
         d = self.data
         synth = d.synth
