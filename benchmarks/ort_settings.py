@@ -26,7 +26,14 @@ One exported bundle (random weights, the latency benchmark's model and inputs), 
   checkpoint (a subprocess importing REV's `edgecap`), timed in turns the same way, with each
   graph's node counts before and after onnxruntime's optimiser. The step graph's inputs and
   outputs must be the same at both revisions (the bundle contract), so the same buffers drive
-  both.
+  both;
+- weight-only (`--weight-only`): ms of one decoder step, fp32 and dynamic int8 (the bundle's
+  int8 today) against the fp32 bundle re-quantized with onnxruntime's weight-only
+  `MatMulNBits` (8 and 4 bits, several block sizes and accuracy levels;
+  `benchmarks/_weight_only.py`), timed in turns the same way, with each variant's bundle size,
+  the 1-minute load around the timing, and each variant's caption agreement with PyTorch fp32
+  on a trained checkpoint (`--agreement-checkpoint`, default the packaged demo model; greedy
+  and the bundle's beam over `--agreement-samples` fresh scenes of its world).
 """
 
 from __future__ import annotations
@@ -61,14 +68,23 @@ def parse_args(argv=None):
     p.add_argument("--against", metavar="REV", default=None,
                    help="also time one decoder step, this checkout's exported graph against the one git revision "
                         "REV exports from the same weights")
-    p.add_argument("--only", choices=("fused-attention", "against"), default=None,
+    p.add_argument("--weight-only", action="store_true",
+                   help="also time one decoder step: fp32, dynamic int8 and weight-only MatMulNBits variants, "
+                        "with their bundle sizes and caption agreement on a trained checkpoint")
+    p.add_argument("--agreement-checkpoint", default=str(REPO / "edgecap" / "assets" / "demo-smart.pt"),
+                   help="the trained checkpoint whose captions the weight-only variants are compared on")
+    p.add_argument("--agreement-samples", type=int, default=50, help="0: time only")
+    p.add_argument("--only", choices=("fused-attention", "against", "weight-only"), default=None,
                    help="measure only this section (skips fusions, start and spinning)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats = min(args.repeats, 2)
+        args.agreement_samples = min(args.agreement_samples, 4)
     args.stop_at_eos = False
     if args.only == "fused-attention":
         args.fused_attention = True
+    if args.only == "weight-only":
+        args.weight_only = True
     if args.only == "against" and not args.against:
         p.error("--only against needs --against REV")
     return args
@@ -280,6 +296,37 @@ def against_revision(rev: str, model_name: str, bundle_dir: Path, workdir: Path,
     return {name: {**timing[name], **layout_counts(path, scratch, args.threads)} for name, path in graphs.items()}
 
 
+def weight_only_steps(roots: dict[str, Path], scratch: Path, args) -> dict:
+    """ms per decoder step of the fp32 and dynamic int8 bundles' step graphs and of the fp32
+    bundle re-quantized with each weight-only scheme, timed in turns; each with its bundle MB.
+    A scheme that onnxruntime cannot quantize or load here is reported with the reason."""
+    import onnxruntime as ort
+    from _weight_only import QUICK_SCHEMES, SCHEMES, bundle_mb, requantized
+
+    from edgecap.errors import EdgecapError
+
+    graphs = {"fp32": roots["fp32"] / "decoder_step.onnx", "dynamic int8": roots["int8"] / "decoder_step.onnx"}
+    sizes = {"fp32": bundle_mb(roots["fp32"]), "dynamic int8": bundle_mb(roots["int8"])}
+    failed = {}
+    for scheme in QUICK_SCHEMES if args.quick else SCHEMES:
+        print(f"{args.model}: weight-only {scheme.name} ...", flush=True)
+        try:
+            root = requantized(roots["fp32"], scratch / scheme.name, scheme)
+            session(root / "decoder_step.onnx", ort.GraphOptimizationLevel.ORT_ENABLE_ALL, args.threads)
+        except (EdgecapError, RuntimeError) as exc:  # onnxruntime raises its own RuntimeError subclasses
+            failed[scheme.name] = str(exc).splitlines()[0][:200]
+            continue
+        graphs[scheme.name], sizes[scheme.name] = root / "decoder_step.onnx", bundle_mb(root)
+    load_before = os.getloadavg()[0]
+    timing = steps_in_turns(graphs, args.threads, max(args.repeats, 3))
+    load_after = os.getloadavg()[0]
+    dynamic = timing["dynamic int8"]["step_ms"]
+    steps = {name: {**t, "vs_dynamic_int8": t["step_ms"] / dynamic, "bundle_mb": sizes[name]}
+             for name, t in timing.items()}
+    return {"rows": args.batch * args.beam, "steps": steps, "failed": failed,
+            "load_1m": [load_before, load_after]}
+
+
 def main(argv=None) -> int:
     import torch
 
@@ -293,12 +340,13 @@ def main(argv=None) -> int:
     report = {"host": host_info(), "args": vars(args), "bundles": {}}
     with tempfile.TemporaryDirectory(prefix="edgecap-ort-") as tmp:
         workdir = Path(tmp)
+        roots = {}
         for precision in ("fp32", "int8"):
             print(f"{args.model} {precision}: exporting ...", flush=True)
             bundle, reason = export_bundle(model, args.model, args.batch, args.beam, precision, "onnx", workdir, args.threads)
             if bundle is None:
                 raise SystemExit(f"export failed: {reason}")
-            root = bundle.path
+            root = roots[precision] = bundle.path
             graphs = [root / g.file for g in bundle.manifest.graphs if g.file.endswith(".onnx")]
             scratch = workdir / f"scratch-{precision}"
             scratch.mkdir()
@@ -318,6 +366,15 @@ def main(argv=None) -> int:
                 sections["against"] = against_revision(args.against, args.model, root, workdir, scratch, args,
                                                        precision)
             report["bundles"][precision] = sections
+        if args.weight_only:
+            report["weight_only"] = weight_only_steps(roots, workdir, args)
+        if args.weight_only and args.agreement_samples:
+            print(f"weight-only: caption agreement on {args.agreement_checkpoint} ...", flush=True)
+            from _weight_only import QUICK_SCHEMES, SCHEMES, agreement
+
+            report["weight_only"]["agreement"] = agreement(
+                Path(args.agreement_checkpoint), QUICK_SCHEMES if args.quick else SCHEMES, args.agreement_samples,
+                3, workdir / "agreement")
     write_json(out / "ort_settings.json", report)
     write_text_atomic(out / "ort_settings.md", markdown(report))
     print(markdown(report))
@@ -353,7 +410,28 @@ def markdown(report: dict) -> str:
                 lines.append(f"| {precision} | {name} | {g['step_ms']:.3f} | {g['vs_first']:.3f}x | "
                              f"{g['exported']['nodes']} -> {g['in_session']['nodes']} | "
                              f"{g['exported']['Reshape']} -> {g['in_session']['Reshape']} |")
+    if "weight_only" in report:
+        lines += [""] * bool(lines) + weight_only_markdown(report)
     return "\n".join(lines) + "\n"
+
+
+def weight_only_markdown(report: dict) -> list[str]:
+    a, w = report["args"], report["weight_only"]
+    agree = w.get("agreement", {})
+    lines = [f"{a['model']}, batch {a['batch']}, beam {a['beam']} ({w['rows']} decoder rows), {a['threads']} threads: "
+             f"ms per decoder step timed in turns (1-minute load {w['load_1m'][0]:.1f} before, "
+             f"{w['load_1m'][1]:.1f} after); caption agreement with PyTorch fp32 on "
+             f"{Path(a['agreement_checkpoint']).name} (greedy / beam 3 identical, CIDEr-D delta) and its bundle MB",
+             "", "| variant | ms / step | x fp32 | x dynamic int8 | bundle MB | greedy | beam 3 | CIDEr-D delta | "
+             "agreement bundle MB |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, s in w["steps"].items():
+        g = agree.get(name)
+        cells = (f"{g['greedy_identical']:.0%} | {g['beam_identical']:.0%} | {g['cider_delta']:+.3f} | "
+                 f"{g['bundle_mb']:.2f}") if g else "– | – | – | –"
+        lines.append(f"| {name} | {s['step_ms']:.3f} | {s['vs_first']:.2f}x | {s['vs_dynamic_int8']:.2f}x | "
+                     f"{s['bundle_mb']:.1f} | {cells} |")
+    lines += [f"| {name} | failed: {why} | | | | | | | |" for name, why in w["failed"].items()]
+    return lines
 
 
 def settings_markdown(report: dict) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,10 @@ def linear_layers(path: Path) -> list[str]:
     """
     import onnx
 
-    graph = onnx.load(str(path), load_external_data=False).graph
+    return _linear_nodes(onnx.load(str(path), load_external_data=False).graph)
+
+
+def _linear_nodes(graph) -> list[str]:
     rank = {t.name: len(t.dims) for t in graph.initializer}
     return [n.name for n in graph.node
             if n.op_type in DYNAMIC_OPS and len(n.input) > 1 and rank.get(n.input[1]) == 2]
@@ -160,6 +164,72 @@ def quantize_int8(src: Path, dst: Path, mode: str, feeds: list[dict] | None = No
         if src != original:
             src.unlink(missing_ok=True)
     return "int8"
+
+
+@dataclass(frozen=True)
+class WeightOnly:
+    """A weight-only quantization of the linear layers as onnxruntime's `com.microsoft.MatMulNBits`:
+    weights in `bits` (8 or 4) with one symmetric scale per block of `block_size` input rows of
+    each output column (0: one block spanning the whole column, i.e. per output column), the
+    activations left in fp32; `accuracy_level` 4 lets the CPU kernel quantize the activations
+    to int8 blockwise inside the kernel, 0 computes in fp32 from dequantized weights."""
+
+    bits: int = 8
+    block_size: int = 128
+    accuracy_level: int = 4
+
+    @property
+    def name(self) -> str:
+        block = f"b{self.block_size}" if self.block_size else "column"
+        return f"w{self.bits}-{block}-a{self.accuracy_level}"
+
+
+def _blocks_for(model, names: set[str], block_size: int) -> dict[int, list[str]]:
+    """{block size: linear layers quantized with it}; per output column (0) means the power of
+    two covering each layer's input width (the kernel takes powers of two >= 16 only)."""
+    if block_size:
+        return {block_size: sorted(names)}
+    width = {t.name: t.dims[0] for t in model.graph.initializer if len(t.dims) == 2}
+    groups: dict[int, list[str]] = {}
+    for node in model.graph.node:
+        if node.name in names:
+            groups.setdefault(max(16, 1 << (int(width[node.input[1]]) - 1).bit_length()), []).append(node.name)
+    return groups
+
+
+def quantize_weight_only(src: Path, dst: Path, scheme: WeightOnly = WeightOnly()) -> str:
+    """Write `src` with its linear layers as MatMulNBits to `dst`; -> the precision written
+    ("int8", "int4", or "fp32" for a graph without linear layers)."""
+    onnx = require("onnx", "train", "weight-only quantization")
+    require("onnxruntime.quantization", "train", "weight-only quantization")
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    model = onnx.load(str(src))
+    gemm_as_matmul(model)
+    for i, node in enumerate(model.graph.node):
+        node.name = node.name or f"{node.op_type}_{i}"  # the quantizer selects nodes by name
+    linear = set(_linear_nodes(model.graph))
+    if not linear:
+        if src != dst:
+            dst.write_bytes(src.read_bytes())
+        return "fp32"
+    del model.graph.value_info[:]
+    matmuls = {n.name for n in model.graph.node if n.op_type == "MatMul"}
+    level = logging.getLogger().level
+    logging.getLogger().setLevel(logging.ERROR)  # the quantizer logs every node at INFO
+    try:
+        for block, names in _blocks_for(model, linear, scheme.block_size).items():
+            quantizer = MatMulNBitsQuantizer(model, bits=scheme.bits, block_size=block, is_symmetric=True,
+                                             accuracy_level=scheme.accuracy_level,
+                                             nodes_to_exclude=sorted(matmuls - set(names)))
+            quantizer.process()
+            model = quantizer.model.model
+    except Exception as exc:
+        raise EdgecapError(f"weight-only quantization of {src.name} failed: {str(exc).splitlines()[0][:200]}") from exc
+    finally:
+        logging.getLogger().setLevel(level)
+    onnx.save(model, str(dst))
+    return f"int{scheme.bits}"
 
 
 def convert_fp16(src: Path, dst: Path) -> str:

@@ -1,0 +1,70 @@
+"""Weight-only quantization of a bundle (onnxruntime's MatMulNBits) for `ort_settings.py --weight-only`:
+the schemes measured, a bundle re-quantized with one of them, and its caption agreement with
+PyTorch fp32 on a trained checkpoint (the parity gate's greedy and beam comparison).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from edgecap.export.quantize import WeightOnly
+
+# 8-bit: blocks of 32 / 128 input rows and one block per output column, each with fp32
+# compute (accuracy level 0) and int8 compute (level 4); 4-bit as the smallest form
+SCHEMES = (
+    WeightOnly(8, 32, 0), WeightOnly(8, 128, 0), WeightOnly(8, 32, 4), WeightOnly(8, 128, 4), WeightOnly(8, 0, 4),
+    WeightOnly(4, 32, 4), WeightOnly(4, 128, 4), WeightOnly(4, 128, 0),
+)
+QUICK_SCHEMES = (WeightOnly(8, 32, 4), WeightOnly(4, 32, 0))
+
+
+def requantized(fp32_root: Path, out: Path, scheme: WeightOnly) -> Path:
+    """A copy of the fp32 bundle at `fp32_root` with every graph weight-only quantized."""
+    from edgecap.export.bundle import _write_manifest
+    from edgecap.export.quantize import quantize_weight_only
+    from edgecap.runtime.manifest import load_manifest, sha256_file
+
+    shutil.copytree(fp32_root, out)
+    data = load_manifest(out).to_dict()
+    for entry in data["graphs"]:
+        path = out / entry["file"]
+        precision = quantize_weight_only(path, path, scheme)
+        entry["precision"] = "int8" if precision == "int4" else precision  # the manifest knows no int4
+        entry["sha256"] = sha256_file(path)
+    _write_manifest(out, data)
+    return out
+
+
+def bundle_mb(root: Path) -> float:
+    return sum(p.stat().st_size for p in root.glob("*.onnx")) / 1e6
+
+
+def agreement(checkpoint: Path, schemes, samples: int, beam: int, workdir: Path) -> dict:
+    """{variant: parity report (greedy / beam identical, CIDEr-D delta) and bundle MB} for the fp32
+    bundle of `checkpoint`, its dynamic int8 bundle and each weight-only scheme, all on the same
+    parity inputs (the checkpoint's data or fresh scenes of its world)."""
+    from edgecap.export.bundle import export_bundle
+    from edgecap.export.formats import resolve_settings
+    from edgecap.export.specs import spec_for
+    from edgecap.export.verify import load_parity_inputs, parity_gate
+    from edgecap.models.checkpoint import load_checkpoint
+    from edgecap.runtime.session import Bundle
+
+    ckpt = load_checkpoint(checkpoint)
+    spec = spec_for(ckpt.model, 1, beam)
+    inputs = load_parity_inputs(spec, samples, "", ckpt.meta, checkpoint=checkpoint)
+    roots = {}
+    for precision in ("fp32", "int8"):
+        settings = resolve_settings({"engine": "onnx", "batch": 1, "beam": beam, "precision": precision,
+                                     "samples": 1, "out": str(workdir / f"agreement-{precision}")})
+        roots["fp32" if precision == "fp32" else "dynamic int8"] = export_bundle(checkpoint, settings, progress=False).path
+    for scheme in schemes:
+        roots[scheme.name] = requantized(roots["fp32"], workdir / f"agreement-{scheme.name}", scheme)
+    out = {}
+    for name, root in roots.items():
+        bundle = Bundle.load(root, providers=["CPUExecutionProvider"], engine="onnxruntime")
+        report = parity_gate(spec, bundle, inputs, "fp32" if name == "fp32" else "int8", ckpt.vocab)
+        out[name] = {k: report[k] for k in ("inputs", "samples", "greedy_identical", "beam_identical", "cider_delta")}
+        out[name]["bundle_mb"] = bundle_mb(root)
+    return out
