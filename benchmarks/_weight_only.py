@@ -8,15 +8,17 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from edgecap.errors import EdgecapError
 from edgecap.export.quantize import WeightOnly
 
-# 8-bit: blocks of 32 / 128 input rows and one block per output column, each with fp32
-# compute (accuracy level 0) and int8 compute (level 4); 4-bit as the smallest form
+# 8-bit: blocks of 32 / 128 input rows and the largest block onnxruntime quantizes (256; one
+# scale per output column would need 512 and 2048 here), each with fp32 compute (accuracy
+# level 0) and int8 compute (level 4); 4-bit as the smallest form
 SCHEMES = (
-    WeightOnly(8, 32, 0), WeightOnly(8, 128, 0), WeightOnly(8, 32, 4), WeightOnly(8, 128, 4), WeightOnly(8, 0, 4),
+    WeightOnly(8, 32, 0), WeightOnly(8, 128, 0), WeightOnly(8, 32, 4), WeightOnly(8, 128, 4), WeightOnly(8, 256, 4),
     WeightOnly(4, 32, 4), WeightOnly(4, 128, 4), WeightOnly(4, 128, 0),
 )
-QUICK_SCHEMES = (WeightOnly(8, 32, 4), WeightOnly(4, 32, 0))
+QUICK_SCHEMES = (WeightOnly(8, 256, 4), WeightOnly(4, 32, 0))
 
 
 def requantized(fp32_root: Path, out: Path, scheme: WeightOnly) -> Path:
@@ -59,9 +61,12 @@ def agreement(checkpoint: Path, schemes, samples: int, beam: int, workdir: Path)
         settings = resolve_settings({"engine": "onnx", "batch": 1, "beam": beam, "precision": precision,
                                      "samples": 1, "out": str(workdir / f"agreement-{precision}")})
         roots["fp32" if precision == "fp32" else "dynamic int8"] = export_bundle(checkpoint, settings, progress=False).path
-    for scheme in schemes:
-        roots[scheme.name] = requantized(roots["fp32"], workdir / f"agreement-{scheme.name}", scheme)
     out = {}
+    for scheme in schemes:
+        try:
+            roots[scheme.name] = requantized(roots["fp32"], workdir / f"agreement-{scheme.name}", scheme)
+        except EdgecapError as exc:
+            out[scheme.name] = {"failed": str(exc)}
     for name, root in roots.items():
         bundle = Bundle.load(root, providers=["CPUExecutionProvider"], engine="onnxruntime")
         report = parity_gate(spec, bundle, inputs, "fp32" if name == "fp32" else "int8", ckpt.vocab)

@@ -427,7 +427,7 @@ def weight_only_markdown(report: dict) -> list[str]:
     for name, s in w["steps"].items():
         g = agree.get(name)
         cells = (f"{g['greedy_identical']:.0%} | {g['beam_identical']:.0%} | {g['cider_delta']:+.3f} | "
-                 f"{g['bundle_mb']:.2f}") if g else "– | – | – | –"
+                 f"{g['bundle_mb']:.2f}") if g and "failed" not in g else "– | – | – | –"
         lines.append(f"| {name} | {s['step_ms']:.3f} | {s['vs_first']:.2f}x | {s['vs_dynamic_int8']:.2f}x | "
                      f"{s['bundle_mb']:.1f} | {cells} |")
     lines += [f"| {name} | failed: {why} | | | | | | | |" for name, why in w["failed"].items()]

@@ -170,9 +170,10 @@ def quantize_int8(src: Path, dst: Path, mode: str, feeds: list[dict] | None = No
 class WeightOnly:
     """A weight-only quantization of the linear layers as onnxruntime's `com.microsoft.MatMulNBits`:
     weights in `bits` (8 or 4) with one symmetric scale per block of `block_size` input rows of
-    each output column (0: one block spanning the whole column, i.e. per output column), the
-    activations left in fp32; `accuracy_level` 4 lets the CPU kernel quantize the activations
-    to int8 blockwise inside the kernel, 0 computes in fp32 from dequantized weights."""
+    each output column (onnxruntime quantizes blocks of 16 to 256 rows, so a 512-wide layer
+    cannot have one scale per column), the activations left in fp32; `accuracy_level` 4 lets
+    the CPU kernel quantize the activations to int8 per block inside the kernel, 0 computes in
+    fp32 from the dequantized weights."""
 
     bits: int = 8
     block_size: int = 128
@@ -180,21 +181,7 @@ class WeightOnly:
 
     @property
     def name(self) -> str:
-        block = f"b{self.block_size}" if self.block_size else "column"
-        return f"w{self.bits}-{block}-a{self.accuracy_level}"
-
-
-def _blocks_for(model, names: set[str], block_size: int) -> dict[int, list[str]]:
-    """{block size: linear layers quantized with it}; per output column (0) means the power of
-    two covering each layer's input width (the kernel takes powers of two >= 16 only)."""
-    if block_size:
-        return {block_size: sorted(names)}
-    width = {t.name: t.dims[0] for t in model.graph.initializer if len(t.dims) == 2}
-    groups: dict[int, list[str]] = {}
-    for node in model.graph.node:
-        if node.name in names:
-            groups.setdefault(max(16, 1 << (int(width[node.input[1]]) - 1).bit_length()), []).append(node.name)
-    return groups
+        return f"w{self.bits}-b{self.block_size}-a{self.accuracy_level}"
 
 
 def quantize_weight_only(src: Path, dst: Path, scheme: WeightOnly = WeightOnly()) -> str:
@@ -214,21 +201,21 @@ def quantize_weight_only(src: Path, dst: Path, scheme: WeightOnly = WeightOnly()
             dst.write_bytes(src.read_bytes())
         return "fp32"
     del model.graph.value_info[:]
-    matmuls = {n.name for n in model.graph.node if n.op_type == "MatMul"}
+    # it takes every MatMul with a constant weight unless excluded: keep the attention operands
+    # (memory slots' per-head K/V) in fp32, as dynamic int8 does
+    others = sorted(n.name for n in model.graph.node if n.op_type == "MatMul" and n.name not in linear)
     level = logging.getLogger().level
     logging.getLogger().setLevel(logging.ERROR)  # the quantizer logs every node at INFO
     try:
-        for block, names in _blocks_for(model, linear, scheme.block_size).items():
-            quantizer = MatMulNBitsQuantizer(model, bits=scheme.bits, block_size=block, is_symmetric=True,
-                                             accuracy_level=scheme.accuracy_level,
-                                             nodes_to_exclude=sorted(matmuls - set(names)))
-            quantizer.process()
-            model = quantizer.model.model
-    except Exception as exc:
-        raise EdgecapError(f"weight-only quantization of {src.name} failed: {str(exc).splitlines()[0][:200]}") from exc
+        quantizer = MatMulNBitsQuantizer(model, bits=scheme.bits, block_size=scheme.block_size, is_symmetric=True,
+                                         accuracy_level=scheme.accuracy_level, nodes_to_exclude=others)
+        quantizer.process()
+    except Exception as exc:  # MLAS reports an unsupported block size as a RuntimeError with its source path
+        reason = str(exc).splitlines()[0].rsplit(" was false. ", 1)[-1][:200]
+        raise EdgecapError(f"weight-only quantization ({scheme.name}) of {src.name} failed: {reason}") from exc
     finally:
         logging.getLogger().setLevel(level)
-    onnx.save(model, str(dst))
+    onnx.save(quantizer.model.model, str(dst))
     return f"int{scheme.bits}"
 
 
