@@ -1,5 +1,7 @@
 """RA-Transformer: retrieved captions as an extra encode input, kNN-augmented decoder attention."""
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -267,6 +269,7 @@ def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_pa
         return {"version": "10.0", "gpu": "test", "compute_capability": "8.7", "workspace_mb": 1, "int8_mode": ""}
 
     monkeypatch.setattr(tensorrt, "build_engine", fake_engine)
+    monkeypatch.setitem(sys.modules, "tensorrt", types.ModuleType("tensorrt"))  # importable, never called
     monkeypatch.setattr(rebuild, "compare_engines", lambda *a: {"passed": True, "beam_identical": 1.0})
     rebuilt = tmp_path / "rebuilt"
     rebuild.rebuild_engines(tmp_path / "bundle", resolve_settings({"engine": "trt", "out": str(rebuilt)}))

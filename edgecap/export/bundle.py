@@ -80,12 +80,12 @@ def _progress(total: int, enabled: bool):
 def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progress: bool = True) -> ExportResult:
     checkpoint = Path(checkpoint)
     fmt = settings.format
-    if fmt.requires != "onnxruntime":
-        require(fmt.requires, fmt.extra, f"--engine {fmt.name}")
-    if checkpoint.is_dir():
+    if checkpoint.is_dir():  # it says what in the bundle TensorRT cannot build before asking for tensorrt
         from edgecap.export.rebuild import rebuild_engines
 
         return rebuild_engines(checkpoint, settings, progress)
+    if fmt.requires != "onnxruntime":
+        require(fmt.requires, fmt.extra, f"--engine {fmt.name}")
     out = Path(settings.out) if settings.out else default_out(checkpoint, settings)
     check_writable(out, settings.force, "" if settings.out else " (the default beside the checkpoint; choose one with --out DIR)")
 
@@ -176,6 +176,12 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
                 else:
                     entry["precision"] = quantize_int8(path, path, mode, (feeds or {}).get(entry["role"]))
                 entry["sha256"] = sha256_file(path)
+                # the checks describe the graph the bundle holds: dynamic int8's integer MatMuls
+                # and weight-only's contrib ops are not TensorRT's
+                report = compat.check_file(path, run_polygraphy=False)
+                checks[entry["file"]] = {"tensorrt_compatible": report.ok, "problems": report.problems}
+                if trt:
+                    compat.require_compatible([report])
         # 3. TensorRT engines beside their ONNX source
         if trt:
             from edgecap.export.tensorrt import build_engine, engine_name
@@ -200,6 +206,9 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
             bundle = Bundle.load(tmp, providers=["CPUExecutionProvider"], engine=engine)
             precision = settings.precision if engine == "tensorrt" else onnx_precision
             parity[engine] = parity_gate(spec, bundle, inputs, precision, vocab)
+            if precision == "int8":  # which int8: onnxruntime's quantization or TensorRT's int8 mode
+                parity[engine]["quantize"] = (settings.int8_mode if engine == "tensorrt"
+                                              else "static" if trt else settings.quantize)
             require_parity(parity[engine])
             bar.update()
         data["parity"] = parity

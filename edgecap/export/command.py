@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, help="inputs the parity gate runs (default 8)")
     parser.add_argument("--data", help="dataset dir (dataset_coco.json + images/) for parity / calibration inputs "
                                        "(default: the data the checkpoint was trained on)")
-    parser.add_argument("--quantize", help="onnx int8: dynamic | static (default dynamic)")
+    parser.add_argument("--quantize", help="onnx int8: dynamic | static | weight-only (default dynamic)")
     parser.add_argument("--workspace", type=int, help="trt: builder workspace limit in MiB (default 1024)")
     parser.add_argument("--timing-cache", dest="timing_cache", help="trt: timing cache file, reused across builds")
     parser.add_argument("--int8-mode", dest="int8_mode", help="trt int8: qdq (explicit) | calibrator (default qdq)")

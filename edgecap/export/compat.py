@@ -5,6 +5,9 @@ Run on every exported ONNX graph before a TensorRT build and in the tests:
 - no control flow (If, Loop, Scan) and no op whose output shape depends on data (NonZero, ...);
 - every op is one the TensorRT ONNX parser implements (list below, TensorRT 10 operators.md);
 - only dtypes TensorRT carries (no float64, strings, complex);
+- no onnxruntime contrib ops (domain com.microsoft, e.g. the MatMulNBits of weight-only int8):
+  the TensorRT ONNX parser implements the standard domain only, and ONNX shape inference
+  cannot see through them, so their graphs' shapes are not checked further;
 - polygraphy loads the graph and runs it with onnxruntime on inputs generated from the graph's
   own metadata, which confirms the shapes it reports are the ones the bundle records.
 """
@@ -38,6 +41,8 @@ TENSORRT_OPS = {
     "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tan",
     "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unsqueeze", "Where", "Xor",
 }
+CONTRIB_DOMAIN = "com.microsoft"
+CONTRIB_HINTS = {f"{CONTRIB_DOMAIN}::MatMulNBits": " (weight-only int8, --quantize weight-only)"}
 # TensorRT 10 carries these element types (int64 natively since 10.0)
 TENSORRT_DTYPES = {1: "float32", 10: "float16", 16: "bfloat16", 7: "int64", 6: "int32", 9: "bool", 3: "int8", 2: "uint8"}
 
@@ -78,8 +83,15 @@ def check_graph(model, name: str = "graph") -> CompatReport:
         report.problems.append(f"control flow op {op} (TensorRT needs a straight-line graph)")
     for op in sorted(ops & DATA_DEPENDENT):
         report.problems.append(f"op {op} has a data-dependent output shape")
-    for op in sorted(ops - TENSORRT_OPS - CONTROL_FLOW - DATA_DEPENDENT):
+    contrib = sorted(op for op in ops if op.startswith(f"{CONTRIB_DOMAIN}::"))
+    for op in contrib:
+        report.problems.append(f"op {op} is an onnxruntime contrib op{CONTRIB_HINTS.get(op, '')}: "
+                               "the TensorRT ONNX parser cannot build it (export from the checkpoint with "
+                               "--engine trt instead)")
+    for op in sorted(ops - TENSORRT_OPS - CONTROL_FLOW - DATA_DEPENDENT - set(contrib)):
         report.problems.append(f"op {op} is not supported by the TensorRT ONNX parser")
+    if contrib:
+        return report  # shape inference stops at ops it does not know: every later shape looks dynamic
 
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     g = inferred.graph

@@ -72,7 +72,7 @@ FORMATS: dict[str, Format] = {
 CHOICES = {
     "precision": ("fp32", "fp16", "int8"),
     "exporter": ("torchscript", "dynamo"),
-    "quantize": ("dynamic", "static"),
+    "quantize": ("dynamic", "static", "weight-only"),
     "int8_mode": ("qdq", "calibrator"),
 }
 

@@ -125,6 +125,8 @@ def _prepared(src: Path, dst: Path, unfold_gemm: bool) -> Path:
 
 def quantize_int8(src: Path, dst: Path, mode: str, feeds: list[dict] | None = None) -> str:
     """Write an int8 version of `src` to `dst`; -> the precision written ("int8" or "fp32")."""
+    if mode == "weight-only":
+        return quantize_weight_only(src, dst, WEIGHT_ONLY)
     require("onnxruntime.quantization", "train", "int8 quantization")
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
@@ -154,7 +156,7 @@ def quantize_int8(src: Path, dst: Path, mode: str, feeds: list[dict] | None = No
                     extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
                 )
             else:
-                raise EdgecapError(f"int8 quantization mode {mode!r}, expected dynamic or static")
+                raise EdgecapError(f"int8 quantization mode {mode!r}, expected dynamic, static or weight-only")
     except EdgecapError:
         raise
     except Exception as exc:
@@ -217,6 +219,10 @@ def quantize_weight_only(src: Path, dst: Path, scheme: WeightOnly = WeightOnly()
         logging.getLogger().setLevel(level)
     onnx.save(quantizer.model.model, str(dst))
     return f"int{scheme.bits}"
+
+
+# `--quantize weight-only`: 8 bits, blocks of 256 input rows, int8 compute (benchmarks/README.md)
+WEIGHT_ONLY = WeightOnly(bits=8, block_size=256, accuracy_level=4)
 
 
 def convert_fp16(src: Path, dst: Path) -> str:

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.contract.beam import DecodeOptions
-from edgecap.errors import EdgecapError
+from edgecap.errors import EdgecapError, require
+from edgecap.export import compat
 from edgecap.io import BUNDLE, atomic_dir
 from edgecap.runtime.manifest import MANIFEST_NAME, Manifest, load_manifest
 
@@ -72,6 +73,9 @@ def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
         raise EdgecapError("rebuilding from a bundle supports --int8-mode qdq only (the calibrator needs the checkpoint)")
     data = manifest.to_dict()
     sources = [g for g in data["graphs"] if g["engine"] == "onnxruntime"]
+    # an onnxruntime-only graph (dynamic or weight-only int8) is refused by name before tensorrt is asked for
+    compat.require_compatible([compat.check_file(bundle_dir / g["file"], run_polygraphy=False) for g in sources])
+    require("tensorrt", "trt", "--engine trt")
     engines = {g["file"] for g in data["graphs"] if g["engine"] == "tensorrt"}
     with atomic_dir(out, BUNDLE, force=settings.force) as tmp:
         # everything but the old engines: the graphs and a RA-T bundle's retrieval assets
