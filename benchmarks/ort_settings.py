@@ -296,17 +296,21 @@ def against_revision(rev: str, model_name: str, bundle_dir: Path, workdir: Path,
     return {name: {**timing[name], **layout_counts(path, scratch, args.threads)} for name, path in graphs.items()}
 
 
-def weight_only_steps(roots: dict[str, Path], scratch: Path, args) -> dict:
+def weight_only_steps(model, roots: dict[str, Path], scratch: Path, args) -> dict:
     """ms per decoder step of the fp32 and dynamic int8 bundles' step graphs and of the fp32
-    bundle re-quantized with each weight-only scheme, timed in turns; each with its bundle MB.
-    A scheme that onnxruntime cannot quantize or load here is reported with the reason."""
+    bundle re-quantized with each weight-only scheme, timed in turns; each with its bundle MB
+    and the ratio to its own step bound (latency.py's: fp32, int8 or 4-bit weights, fp32
+    FLOPs; the machine's limits measured just before the timing). A scheme that onnxruntime
+    cannot quantize or load here is reported with the reason."""
     import onnxruntime as ort
+    from _roofline import matmul_throughput, memory_bandwidth, step_bound_seconds, step_cost
     from _weight_only import QUICK_SCHEMES, SCHEMES, bundle_mb, requantized
 
     from edgecap.errors import EdgecapError
 
     graphs = {"fp32": roots["fp32"] / "decoder_step.onnx", "dynamic int8": roots["int8"] / "decoder_step.onnx"}
     sizes = {"fp32": bundle_mb(roots["fp32"]), "dynamic int8": bundle_mb(roots["int8"])}
+    weight_bits = {"fp32": 32, "dynamic int8": 8}
     failed = {}
     for scheme in QUICK_SCHEMES if args.quick else SCHEMES:
         print(f"{args.model}: weight-only {scheme.name} ...", flush=True)
@@ -317,13 +321,20 @@ def weight_only_steps(roots: dict[str, Path], scratch: Path, args) -> dict:
             failed[scheme.name] = str(exc).splitlines()[0][:200]
             continue
         graphs[scheme.name], sizes[scheme.name] = root / "decoder_step.onnx", bundle_mb(root)
+        weight_bits[scheme.name] = scheme.bits
+    cost = step_cost(model, args.batch, args.beam)
     load_before = os.getloadavg()[0]
+    limits = {"bandwidth": memory_bandwidth(64 if args.quick else 256, threads=args.threads),
+              "flops": matmul_throughput(256 if args.quick else 1024, threads=args.threads)}
     timing = steps_in_turns(graphs, args.threads, max(args.repeats, 3))
     load_after = os.getloadavg()[0]
     dynamic = timing["dynamic int8"]["step_ms"]
-    steps = {name: {**t, "vs_dynamic_int8": t["step_ms"] / dynamic, "bundle_mb": sizes[name]}
-             for name, t in timing.items()}
-    return {"rows": args.batch * args.beam, "steps": steps, "failed": failed,
+    steps = {}
+    for name, t in timing.items():
+        bound_ms = 1e3 * step_bound_seconds(cost, limits["bandwidth"], limits["flops"], weight_bits[name] / 32)
+        steps[name] = {**t, "vs_dynamic_int8": t["step_ms"] / dynamic, "bundle_mb": sizes[name],
+                       "bound_ms": bound_ms, "vs_bound": t["step_ms"] / bound_ms}
+    return {"rows": args.batch * args.beam, "steps": steps, "failed": failed, "limits": limits,
             "load_1m": [load_before, load_after]}
 
 
@@ -367,7 +378,7 @@ def main(argv=None) -> int:
                                                        precision)
             report["bundles"][precision] = sections
         if args.weight_only:
-            report["weight_only"] = weight_only_steps(roots, workdir, args)
+            report["weight_only"] = weight_only_steps(model, roots, workdir, args)
         if args.weight_only and args.agreement_samples:
             print(f"weight-only: caption agreement on {args.agreement_checkpoint} ...", flush=True)
             from _weight_only import QUICK_SCHEMES, SCHEMES, agreement
@@ -420,17 +431,19 @@ def weight_only_markdown(report: dict) -> list[str]:
     agree = w.get("agreement", {})
     lines = [f"{a['model']}, batch {a['batch']}, beam {a['beam']} ({w['rows']} decoder rows), {a['threads']} threads: "
              f"ms per decoder step timed in turns (1-minute load {w['load_1m'][0]:.1f} before, "
-             f"{w['load_1m'][1]:.1f} after); caption agreement with PyTorch fp32 on "
-             f"{Path(a['agreement_checkpoint']).name} (greedy / beam 3 identical, CIDEr-D delta) and its bundle MB",
-             "", "| variant | ms / step | x fp32 | x dynamic int8 | bundle MB | greedy | beam 3 | CIDEr-D delta | "
-             "agreement bundle MB |", "|---|---|---|---|---|---|---|---|---|"]
+             f"{w['load_1m'][1]:.1f} after; limits {w['limits']['bandwidth'] / 1e9:.1f} GB/s, "
+             f"{w['limits']['flops'] / 1e9:.0f} GFLOP/s); x bound: against the step's own bound (its weights' bytes); "
+             f"caption agreement with PyTorch fp32 on {Path(a['agreement_checkpoint']).name} (greedy / beam 3 "
+             "identical, CIDEr-D delta) and its bundle MB",
+             "", "| variant | ms / step | x fp32 | x dynamic int8 | x bound | bundle MB | greedy | beam 3 | "
+             "CIDEr-D delta | agreement bundle MB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in w["steps"].items():
         g = agree.get(name)
         cells = (f"{g['greedy_identical']:.0%} | {g['beam_identical']:.0%} | {g['cider_delta']:+.3f} | "
                  f"{g['bundle_mb']:.2f}") if g and "failed" not in g else "– | – | – | –"
         lines.append(f"| {name} | {s['step_ms']:.3f} | {s['vs_first']:.2f}x | {s['vs_dynamic_int8']:.2f}x | "
-                     f"{s['bundle_mb']:.1f} | {cells} |")
-    lines += [f"| {name} | failed: {why} | | | | | | | |" for name, why in w["failed"].items()]
+                     f"{s['vs_bound']:.2f}x | {s['bundle_mb']:.1f} | {cells} |")
+    lines += [f"| {name} | failed: {why} | | | | | | | | |" for name, why in w["failed"].items()]
     return lines
 
 

@@ -66,6 +66,28 @@ def test_ort_settings_times_the_step_against_another_revision(tmp_path):
     assert "| int8 | this checkout |" in (out / "ort_settings.md").read_text()
 
 
+def test_ort_settings_times_weight_only_steps_and_their_caption_agreement(tmp_path):
+    # the tiny step graph re-quantized by onnxruntime's weight-only MatMulNBits, timed in turns
+    # against fp32 and dynamic int8; the packaged demo model's captions compared per variant
+    out = tmp_path / "wonly"
+    cmd = [sys.executable, f"{REPO}/benchmarks/ort_settings.py", "--quick", "--model", "smart", "--beam", "1",
+           "--only", "weight-only", "--out", str(out)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    w = json.loads((out / "ort_settings.json").read_text())["weight_only"]
+    assert w["rows"] == 1 and not w["failed"]
+    assert list(w["steps"]) == ["fp32", "dynamic int8", "w8-b256-a4", "w4-b32-a0"]
+    assert all(s["step_ms"] > 0 and s["vs_bound"] > 0 for s in w["steps"].values())
+    assert w["steps"]["dynamic int8"]["vs_dynamic_int8"] == 1.0
+    sizes = {name: s["bundle_mb"] for name, s in w["steps"].items()}
+    assert sizes["w4-b32-a0"] < sizes["dynamic int8"] < sizes["fp32"]  # 4-bit weights are the smallest
+    agreement = w["agreement"]
+    assert agreement["fp32"]["greedy_identical"] == 1.0 and agreement["fp32"]["beam_identical"] == 1.0
+    assert "synthetic world" in agreement["w8-b256-a4"]["inputs"] and agreement["w8-b256-a4"]["samples"] == 4
+    assert agreement["w4-b32-a0"]["bundle_mb"] < agreement["fp32"]["bundle_mb"]
+    assert "| w8-b256-a4 |" in (out / "ort_settings.md").read_text()
+
+
 def test_latency_help_names_the_quick_defaults():
     out = subprocess.run([sys.executable, f"{REPO}/benchmarks/latency.py", "--help"],
                          capture_output=True, text=True, check=True).stdout
