@@ -1,6 +1,8 @@
 """Weight-only quantization of a bundle (onnxruntime's MatMulNBits) for `ort_settings.py --weight-only`:
-the schemes measured, a bundle re-quantized with one of them, and its caption agreement with
-PyTorch fp32 on a trained checkpoint (the parity gate's greedy and beam comparison).
+the schemes measured, a bundle quantized as `--quantize weight-only` does with one of them (the
+decoder step weight-only, the other graphs dynamic int8: `quantize.graph_mode`), and its
+caption agreement with PyTorch fp32 on a trained checkpoint (the parity gate's greedy and beam
+comparison).
 """
 
 from __future__ import annotations
@@ -21,21 +23,30 @@ SCHEMES = (
 QUICK_SCHEMES = (WeightOnly(8, 256, 4), WeightOnly(4, 32, 0))
 
 
-def requantized(fp32_root: Path, out: Path, scheme: WeightOnly) -> Path:
-    """A copy of the fp32 bundle at `fp32_root` with every graph weight-only quantized."""
+def requantized(roots: dict[str, Path], out: Path, scheme: WeightOnly) -> Path:
+    """The dynamic int8 bundle `roots["int8"]` copied to `out` with its decoder step replaced by
+    the fp32 bundle's (`roots["fp32"]`) quantized with `scheme`, as `--quantize weight-only` exports."""
     from edgecap.export.bundle import _write_manifest
     from edgecap.export.quantize import quantize_weight_only
     from edgecap.runtime.manifest import load_manifest, sha256_file
 
-    shutil.copytree(fp32_root, out)
+    shutil.copytree(roots["int8"], out)
     data = load_manifest(out).to_dict()
-    for entry in data["graphs"]:
-        path = out / entry["file"]
-        precision = quantize_weight_only(path, path, scheme)
-        entry["precision"] = "int8" if precision == "int4" else precision  # the manifest knows no int4
-        entry["sha256"] = sha256_file(path)
+    entry = next(g for g in data["graphs"] if g["role"] == "decoder_step")
+    quantize_weight_only(roots["fp32"] / entry["file"], out / entry["file"], scheme)  # int4 is recorded as int8:
+    entry["sha256"] = sha256_file(out / entry["file"])  # the manifest knows no int4
     _write_manifest(out, data)
     return out
+
+
+def encoder_graphs(roots: dict[str, Path], scratch: Path, scheme: WeightOnly) -> dict[str, Path]:
+    """The encoder graph as fp32, dynamic int8 and `scheme`: why weight-only stops at the step."""
+    from edgecap.export.quantize import quantize_weight_only
+
+    weight_only = scratch / f"encoder.{scheme.name}.onnx"
+    quantize_weight_only(roots["fp32"] / "encoder.onnx", weight_only, scheme)
+    return {"fp32": roots["fp32"] / "encoder.onnx", "dynamic int8": roots["int8"] / "encoder.onnx",
+            scheme.name: weight_only}
 
 
 def bundle_mb(root: Path) -> float:
@@ -56,15 +67,16 @@ def agreement(checkpoint: Path, schemes, samples: int, beam: int, workdir: Path)
     ckpt = load_checkpoint(checkpoint)
     spec = spec_for(ckpt.model, 1, beam)
     inputs = load_parity_inputs(spec, samples, "", ckpt.meta, checkpoint=checkpoint)
-    roots = {}
+    exported = {}
     for precision in ("fp32", "int8"):
         settings = resolve_settings({"engine": "onnx", "batch": 1, "beam": beam, "precision": precision,
                                      "samples": 1, "out": str(workdir / f"agreement-{precision}")})
-        roots["fp32" if precision == "fp32" else "dynamic int8"] = export_bundle(checkpoint, settings, progress=False).path
+        exported[precision] = export_bundle(checkpoint, settings, progress=False).path
+    roots = {"fp32": exported["fp32"], "dynamic int8": exported["int8"]}
     out = {}
     for scheme in schemes:
         try:
-            roots[scheme.name] = requantized(roots["fp32"], workdir / f"agreement-{scheme.name}", scheme)
+            roots[scheme.name] = requantized(exported, workdir / f"agreement-{scheme.name}", scheme)
         except EdgecapError as exc:
             out[scheme.name] = {"failed": str(exc)}
     for name, root in roots.items():

@@ -27,11 +27,13 @@ One exported bundle (random weights, the latency benchmark's model and inputs), 
   graph's node counts before and after onnxruntime's optimiser. The step graph's inputs and
   outputs must be the same at both revisions (the bundle contract), so the same buffers drive
   both;
-- weight-only (`--weight-only`): ms of one decoder step, fp32 and dynamic int8 (the bundle's
-  int8 today) against the fp32 bundle re-quantized with onnxruntime's weight-only
-  `MatMulNBits` (8 and 4 bits, several block sizes and accuracy levels;
-  `benchmarks/_weight_only.py`), timed in turns the same way, with each variant's bundle size,
-  the 1-minute load around the timing, and each variant's caption agreement with PyTorch fp32
+- weight-only (`--weight-only`): ms of one decoder step, fp32 and dynamic int8 against the
+  bundle `--quantize weight-only` exports (the step's linear layers as onnxruntime's
+  `MatMulNBits`, the encoder dynamic int8) with each of several schemes (8 and 4 bits, block
+  sizes, accuracy levels; `benchmarks/_weight_only.py`), timed in turns the same way, each
+  against its own step bound; the encoder graph in each form; whole captions of the bundles
+  computing in int8, timed in turns; each variant's bundle size, the 1-minute load around
+  the timing, and each variant's caption agreement with PyTorch fp32
   on a trained checkpoint (`--agreement-checkpoint`, default the packaged demo model; greedy
   and the bundle's beam over `--agreement-samples` fresh scenes of its world).
 """
@@ -167,7 +169,7 @@ ATTENTION_VARIANTS = {"mha": {}, "mha-bnsh": {"bnsh": True}, "gqa-bnsh": {"self_
 
 
 class _BoundStep:
-    """One decoder-step graph in a session with every input and output bound to a numpy buffer
+    """One graph (a decoder step, or the encoder) in a session with every input and output bound to a numpy buffer
     once, as `edgecap.runtime` binds it; a graph whose self-attention writes the cache in place
     (`<cache>.present` outputs) gets those outputs bound onto the cache inputs."""
 
@@ -197,7 +199,8 @@ class _BoundStep:
             self.binding.bind_cpu_input(i.name, value)
         for o in self.session.get_outputs():
             present = o.name.removesuffix(".present")
-            value = self.buffers[present] if present != o.name else np.empty(o.shape, np.int64 if "int" in o.type else np.float32)
+            dtype = {"tensor(int64)": np.int64, "tensor(bool)": bool}.get(o.type, np.float32)
+            value = self.buffers[present] if present != o.name else np.empty(o.shape, dtype)
             self.buffers[o.name] = value
             self.binding.bind_output(o.name, "cpu", 0, value.dtype, list(value.shape), value.ctypes.data)
 
@@ -296,46 +299,74 @@ def against_revision(rev: str, model_name: str, bundle_dir: Path, workdir: Path,
     return {name: {**timing[name], **layout_counts(path, scratch, args.threads)} for name, path in graphs.items()}
 
 
+def captions_in_turns(model, bundles: dict[str, Path], args) -> dict:
+    """Median ms of a whole caption batch (encode + beam decode, forced to full length) per bundle,
+    through edgecap.runtime as `latency.py` runs it, timed in turns."""
+    from edgecap.contract.beam import DecodeOptions
+    from edgecap.runtime.session import Bundle
+
+    feats, mask, extra = inputs(model, args.batch)
+    options = DecodeOptions(beam_size=args.beam, max_len=model.cfg.max_len, stop_at_eos=False)
+    runners = {name: BundleRunner(Bundle.load(root, threads=args.threads), feats, mask, extra, options)
+               for name, root in bundles.items()}
+    captions = {name: (lambda r=r: (r.encode(), r.decode())) for name, r in runners.items()}
+    for caption in captions.values():
+        timed(caption, 0, 1)
+    times = {name: [] for name in captions}
+    for _ in range(args.repeats):
+        for name, caption in captions.items():
+            times[name] += timed(caption, 1, 0)
+    return {name: summary(t)["median_ms"] for name, t in times.items()}
+
+
 def weight_only_steps(model, roots: dict[str, Path], scratch: Path, args) -> dict:
-    """ms per decoder step of the fp32 and dynamic int8 bundles' step graphs and of the fp32
-    bundle re-quantized with each weight-only scheme, timed in turns; each with its bundle MB
-    and the ratio to its own step bound (latency.py's: fp32, int8 or 4-bit weights, fp32
-    FLOPs; the machine's limits measured just before the timing). A scheme that onnxruntime
-    cannot quantize or load here is reported with the reason."""
+    """ms per decoder step of the fp32 and dynamic int8 bundles and of the bundle
+    `--quantize weight-only` exports with each weight-only scheme (its step as MatMulNBits,
+    the encoder dynamic int8), timed in turns; each with its bundle MB and the ratio to its own
+    step bound (latency.py's: fp32, int8 or 4-bit weights, fp32 FLOPs; the machine's limits
+    measured just before the timing). Then the encoder graph in each form, and whole captions
+    of every bundle with int8 compute. A scheme that onnxruntime cannot quantize or load here
+    is reported with the reason."""
     import onnxruntime as ort
     from _roofline import matmul_throughput, memory_bandwidth, step_bound_seconds, step_cost
-    from _weight_only import QUICK_SCHEMES, SCHEMES, bundle_mb, requantized
+    from _weight_only import QUICK_SCHEMES, SCHEMES, bundle_mb, encoder_graphs, requantized
 
     from edgecap.errors import EdgecapError
+    from edgecap.export.quantize import WEIGHT_ONLY
 
-    graphs = {"fp32": roots["fp32"] / "decoder_step.onnx", "dynamic int8": roots["int8"] / "decoder_step.onnx"}
-    sizes = {"fp32": bundle_mb(roots["fp32"]), "dynamic int8": bundle_mb(roots["int8"])}
+    bundles = {"fp32": roots["fp32"], "dynamic int8": roots["int8"]}
     weight_bits = {"fp32": 32, "dynamic int8": 8}
     failed = {}
-    for scheme in QUICK_SCHEMES if args.quick else SCHEMES:
+    schemes = QUICK_SCHEMES if args.quick else SCHEMES
+    for scheme in schemes:
         print(f"{args.model}: weight-only {scheme.name} ...", flush=True)
         try:
-            root = requantized(roots["fp32"], scratch / scheme.name, scheme)
+            root = requantized(roots, scratch / scheme.name, scheme)
             session(root / "decoder_step.onnx", ort.GraphOptimizationLevel.ORT_ENABLE_ALL, args.threads)
         except (EdgecapError, RuntimeError) as exc:  # onnxruntime raises its own RuntimeError subclasses
             failed[scheme.name] = str(exc).splitlines()[0][:200]
             continue
-        graphs[scheme.name], sizes[scheme.name] = root / "decoder_step.onnx", bundle_mb(root)
-        weight_bits[scheme.name] = scheme.bits
+        bundles[scheme.name], weight_bits[scheme.name] = root, scheme.bits
     cost = step_cost(model, args.batch, args.beam)
     load_before = os.getloadavg()[0]
     limits = {"bandwidth": memory_bandwidth(64 if args.quick else 256, threads=args.threads),
               "flops": matmul_throughput(256 if args.quick else 1024, threads=args.threads)}
-    timing = steps_in_turns(graphs, args.threads, max(args.repeats, 3))
+    timing = steps_in_turns({name: root / "decoder_step.onnx" for name, root in bundles.items()}, args.threads,
+                            max(args.repeats, 3))
+    encoders = steps_in_turns(encoder_graphs(roots, scratch, WEIGHT_ONLY), args.threads, max(args.repeats, 3), 5)
+    int8_compute = {name: root for name, root in bundles.items()
+                    if name in ("fp32", "dynamic int8") or name.endswith("-a4")}
+    print(f"{args.model}: whole captions ...", flush=True)
+    captions = captions_in_turns(model, int8_compute, args)
     load_after = os.getloadavg()[0]
     dynamic = timing["dynamic int8"]["step_ms"]
     steps = {}
     for name, t in timing.items():
         bound_ms = 1e3 * step_bound_seconds(cost, limits["bandwidth"], limits["flops"], weight_bits[name] / 32)
-        steps[name] = {**t, "vs_dynamic_int8": t["step_ms"] / dynamic, "bundle_mb": sizes[name],
-                       "bound_ms": bound_ms, "vs_bound": t["step_ms"] / bound_ms}
+        steps[name] = {**t, "vs_dynamic_int8": t["step_ms"] / dynamic, "bundle_mb": bundle_mb(bundles[name]),
+                       "bound_ms": bound_ms, "vs_bound": t["step_ms"] / bound_ms, "caption_ms": captions.get(name)}
     return {"rows": args.batch * args.beam, "steps": steps, "failed": failed, "limits": limits,
-            "load_1m": [load_before, load_after]}
+            "encoder_ms": {name: e["step_ms"] for name, e in encoders.items()}, "load_1m": [load_before, load_after]}
 
 
 def main(argv=None) -> int:
@@ -433,17 +464,21 @@ def weight_only_markdown(report: dict) -> list[str]:
              f"ms per decoder step timed in turns (1-minute load {w['load_1m'][0]:.1f} before, "
              f"{w['load_1m'][1]:.1f} after; limits {w['limits']['bandwidth'] / 1e9:.1f} GB/s, "
              f"{w['limits']['flops'] / 1e9:.0f} GFLOP/s); x bound: against the step's own bound (its weights' bytes); "
+             f"ms / caption: the batch's encode + beam decode of {a['max_len']} tokens through edgecap.runtime; "
              f"caption agreement with PyTorch fp32 on {Path(a['agreement_checkpoint']).name} (greedy / beam 3 "
              "identical, CIDEr-D delta) and its bundle MB",
-             "", "| variant | ms / step | x fp32 | x dynamic int8 | x bound | bundle MB | greedy | beam 3 | "
-             "CIDEr-D delta | agreement bundle MB |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "", "| variant | ms / step | x fp32 | x dynamic int8 | x bound | ms / caption | bundle MB | greedy | "
+             "beam 3 | CIDEr-D delta | agreement bundle MB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in w["steps"].items():
         g = agree.get(name)
         cells = (f"{g['greedy_identical']:.0%} | {g['beam_identical']:.0%} | {g['cider_delta']:+.3f} | "
                  f"{g['bundle_mb']:.2f}") if g and "failed" not in g else "– | – | – | –"
+        caption = f"{s['caption_ms']:.1f}" if s["caption_ms"] else "–"
         lines.append(f"| {name} | {s['step_ms']:.3f} | {s['vs_first']:.2f}x | {s['vs_dynamic_int8']:.2f}x | "
-                     f"{s['vs_bound']:.2f}x | {s['bundle_mb']:.1f} | {cells} |")
-    lines += [f"| {name} | failed: {why} | | | | | | | | |" for name, why in w["failed"].items()]
+                     f"{s['vs_bound']:.2f}x | {caption} | {s['bundle_mb']:.1f} | {cells} |")
+    lines += [f"| {name} | failed: {why} | | | | | | | | | |" for name, why in w["failed"].items()]
+    lines += ["", "the bundles' encoder graph, ms (timed in turns): " + ", ".join(
+        f"{name} {ms:.2f}" for name, ms in w["encoder_ms"].items())]
     return lines
 
 

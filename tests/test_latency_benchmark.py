@@ -79,6 +79,9 @@ def test_ort_settings_times_weight_only_steps_and_their_caption_agreement(tmp_pa
     assert list(w["steps"]) == ["fp32", "dynamic int8", "w8-b256-a4", "w4-b32-a0"]
     assert all(s["step_ms"] > 0 and s["vs_bound"] > 0 for s in w["steps"].values())
     assert w["steps"]["dynamic int8"]["vs_dynamic_int8"] == 1.0
+    # whole captions for the bundles that compute in int8 (accuracy level 4), not the 4-bit fp32 one
+    assert [n for n, s in w["steps"].items() if s["caption_ms"]] == ["fp32", "dynamic int8", "w8-b256-a4"]
+    assert list(w["encoder_ms"]) == ["fp32", "dynamic int8", "w8-b256-a4"]
     sizes = {name: s["bundle_mb"] for name, s in w["steps"].items()}
     assert sizes["w4-b32-a0"] < sizes["dynamic int8"] < sizes["fp32"]  # 4-bit weights are the smallest
     agreement = w["agreement"]

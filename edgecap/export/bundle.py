@@ -165,7 +165,7 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
 
             feeds = record_feeds(Bundle.load(tmp, providers=["CPUExecutionProvider"], engine="onnxruntime"), np_batches)
         if onnx_precision != "fp32":
-            from edgecap.export.quantize import convert_fp16, quantize_int8
+            from edgecap.export.quantize import convert_fp16, graph_mode, quantize_int8
 
             mode = "static" if trt else settings.quantize
             for entry in data["graphs"]:
@@ -174,7 +174,8 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
                 if onnx_precision == "fp16":
                     entry["precision"] = convert_fp16(path, path)
                 else:
-                    entry["precision"] = quantize_int8(path, path, mode, (feeds or {}).get(entry["role"]))
+                    entry["precision"] = quantize_int8(path, path, graph_mode(mode, entry["role"]),
+                                                       (feeds or {}).get(entry["role"]))
                 entry["sha256"] = sha256_file(path)
                 # the checks describe the graph the bundle holds: dynamic int8's integer MatMuls
                 # and weight-only's contrib ops are not TensorRT's

@@ -42,7 +42,7 @@ TENSORRT_OPS = {
     "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unsqueeze", "Where", "Xor",
 }
 CONTRIB_DOMAIN = "com.microsoft"
-CONTRIB_HINTS = {f"{CONTRIB_DOMAIN}::MatMulNBits": " (weight-only int8, --quantize weight-only)"}
+CONTRIB_HINTS = {f"{CONTRIB_DOMAIN}::MatMulNBits": " (weight-only int8: --quantize weight-only)"}
 # TensorRT 10 carries these element types (int64 natively since 10.0)
 TENSORRT_DTYPES = {1: "float32", 10: "float16", 16: "bfloat16", 7: "int64", 6: "int32", 9: "bool", 3: "int8", 2: "uint8"}
 
@@ -85,9 +85,8 @@ def check_graph(model, name: str = "graph") -> CompatReport:
         report.problems.append(f"op {op} has a data-dependent output shape")
     contrib = sorted(op for op in ops if op.startswith(f"{CONTRIB_DOMAIN}::"))
     for op in contrib:
-        report.problems.append(f"op {op} is an onnxruntime contrib op{CONTRIB_HINTS.get(op, '')}: "
-                               "the TensorRT ONNX parser cannot build it (export from the checkpoint with "
-                               "--engine trt instead)")
+        report.problems.append(f"op {op} is an onnxruntime contrib op{CONTRIB_HINTS.get(op, '')} "
+                               "that the TensorRT ONNX parser does not implement")
     for op in sorted(ops - TENSORRT_OPS - CONTROL_FLOW - DATA_DEPENDENT - set(contrib)):
         report.problems.append(f"op {op} is not supported by the TensorRT ONNX parser")
     if contrib:

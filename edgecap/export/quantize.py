@@ -225,6 +225,14 @@ def quantize_weight_only(src: Path, dst: Path, scheme: WeightOnly = WeightOnly()
 WEIGHT_ONLY = WeightOnly(bits=8, block_size=256, accuracy_level=4)
 
 
+def graph_mode(mode: str, role: str) -> str:
+    """The quantization graph `role` gets under `--quantize mode`. Weight-only is for the decoder
+    step, which runs on batch x beam rows (one for greedy batch 1), where MatMulNBits reads its
+    weights fastest; the encoder and a front end run on every region or patch at once, where
+    dynamic int8's integer GEMM is faster (both measured in benchmarks/README.md)."""
+    return "dynamic" if mode == "weight-only" and role != "decoder_step" else mode
+
+
 def convert_fp16(src: Path, dst: Path) -> str:
     require("onnx", "train", "fp16 conversion")
     import onnx

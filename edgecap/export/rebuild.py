@@ -59,6 +59,19 @@ def compare_engines(root: Path, samples: int, precision: str) -> dict:
     return report
 
 
+def require_buildable(bundle_dir: Path, files: list[str]) -> None:
+    """Refuse, naming each graph and its first problem, a bundle whose ONNX graphs TensorRT
+    cannot parse: an onnxruntime int8 bundle (dynamic: MatMulInteger; weight-only: the
+    MatMulNBits contrib op). Checked before tensorrt is asked for, so the answer is the same
+    on a machine without it."""
+    bad = [r for r in (compat.check_file(bundle_dir / f, run_polygraphy=False) for f in files) if not r.ok]
+    if bad:
+        found = "; ".join(f"{r.file}: {r.problems[0]}" + (f" (+{len(r.problems) - 1} more)" if len(r.problems) > 1 else "")
+                          for r in bad)
+        raise EdgecapError(f"{bundle_dir} holds graphs that are not TensorRT-compatible ({found}); TensorRT engines "
+                           "are built from fp32 or static-QDQ graphs: export the checkpoint with --engine trt")
+
+
 def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
     from edgecap.export.bundle import ExportResult, _graph_entry, _write_manifest
     from edgecap.export.tensorrt import build_engine, engine_name
@@ -73,8 +86,7 @@ def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
         raise EdgecapError("rebuilding from a bundle supports --int8-mode qdq only (the calibrator needs the checkpoint)")
     data = manifest.to_dict()
     sources = [g for g in data["graphs"] if g["engine"] == "onnxruntime"]
-    # an onnxruntime-only graph (dynamic or weight-only int8) is refused by name before tensorrt is asked for
-    compat.require_compatible([compat.check_file(bundle_dir / g["file"], run_polygraphy=False) for g in sources])
+    require_buildable(bundle_dir, [g["file"] for g in sources])
     require("tensorrt", "trt", "--engine trt")
     engines = {g["file"] for g in data["graphs"] if g["engine"] == "tensorrt"}
     with atomic_dir(out, BUNDLE, force=settings.force) as tmp:
