@@ -151,10 +151,11 @@ def test_weight_only_int8_writes_matmulnbits_that_tensorrt_refuses(run_cli, ckpt
 
     fp32 = export(ckpt, tmp_path / "fp32")
     out = tmp_path / "wonly"
-    code, stdout, err = run_cli("export", ckpt, "--engine", "onnx", "--precision", "int8", "--quantize", "weight-only",
-                                "--samples", 2, "--out", out, "--quiet")
+    code, stdout, err = run_cli("export", ckpt, "--target", "cpu-ort-int8-greedy", "--samples", 2, "--out", out,
+                                "--quiet")
     assert code == 0, err
     m = load_manifest(out)
+    assert (m.target, m.batch_size, m.beam_size) == ("cpu-ort-int8-greedy", 1, 1)  # one decoder row
     report = m.parity["onnxruntime"]
     assert report["precision"] == "int8" and report["quantize"] == "weight-only" and report["passed"]
     assert report["max_abs_delta"]["decoder_step"] > 0  # really quantised
@@ -325,7 +326,7 @@ def test_preset_files_parse_and_cover_both_engines():
     from edgecap.export.formats import list_presets, load_preset
 
     presets = list_presets()
-    assert {"cpu-ort-fp32", "cpu-ort-int8", "jetson-orin-trt-fp16"} <= set(presets)
+    assert {"cpu-ort-fp32", "cpu-ort-int8", "cpu-ort-int8-greedy", "jetson-orin-trt-fp16"} <= set(presets)
     engines = {load_preset(name)[1]["engine"] for name in presets}
     assert engines == {"onnx", "trt"}
 
