@@ -5,6 +5,10 @@
 - int8 static: QDQ (QuantizeLinear / DequantizeLinear) pairs with scales calibrated on
   representative inputs (`quantize_static`, symmetric int8): the explicit-quantization form
   TensorRT builds INT8 engines from, and onnxruntime runs on CPU too.
+- int8 weight-only: the decoder step's linear layers as onnxruntime's `com.microsoft.MatMulNBits`
+  (8-bit weights in blocks, activations quantised inside the kernel), the fastest int8 at one
+  decoder row; the other graphs dynamic (`graph_mode`). onnxruntime only: TensorRT cannot
+  parse the contrib op.
 - fp16: initialisers and arithmetic in float16 with float32 graph inputs and outputs, so the
   runtime's buffers and the cache stay float32.
 Graphs without MatMul-heavy work (a small CNN front end) are left in fp32 by dynamic
