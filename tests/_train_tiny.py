@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
-from edgecap.train.config import parse_config
+from conftest import REPO
+
+from edgecap.train.config import parse_config, to_toml
 
 TINY_MODEL = {
     "preset": "smart",
@@ -37,3 +42,17 @@ def tiny_config(data_dir, model=None, **sections):
     for name, table in sections.items():
         data[name] = {**data.get(name, {}), **table}
     return parse_config(data, source="tiny.toml")
+
+
+def run_ddp(tmp_path, cfg):
+    """`edgecap train` of `cfg` under `torchrun --nproc_per_node=2` (gloo on CPU) into
+    tmp_path/run; -> (run directory, the finished process). Fails the test on a non-zero exit."""
+    config = tmp_path / "ddp.toml"
+    config.write_text(to_toml(cfg.to_dict()))
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "edgecap.cli", "train", "--config", str(config), "--out", str(out), "--quiet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc

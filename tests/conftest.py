@@ -29,6 +29,17 @@ def run_cli(capsys):
     return _run
 
 
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """The tiny synthetic world tests/_train_tiny.py's configs train on (40 images of 32 px,
+    seed 3), one per test module; a module that needs another world defines its own."""
+    from edgecap.data.synth import generate_dataset
+
+    root = tmp_path_factory.mktemp("world") / "data"
+    generate_dataset(root, 40, seed=3, size=32, sequences=0, video_frames=0, progress=False)
+    return root
+
+
 @pytest.fixture
 def python():
     return sys.executable
@@ -50,15 +61,49 @@ def random_batch(model, b=3, length=6, seed=1):
 
 def teacher_forcing_losses(model, feats, mask, tokens, steps, *extra, lr=3e-3):
     """Adam on one fixed batch with teacher forcing; the loss after each step."""
+    return _adam_losses(model, lambda: model(feats, mask, tokens[:, :-1], *extra), tokens, steps, lr)
+
+
+def pixel_losses(model, images, tokens, steps, *extra, pad_id, lr=3e-3):
+    """As `teacher_forcing_losses` from images: the model's front end runs on every step and
+    learns with the rest, unless its parameters were frozen (requires_grad off)."""
+    return _adam_losses(model, lambda: model(*model.visual(images), tokens[:, :-1], *extra), tokens, steps, lr,
+                        ignore_index=pad_id)
+
+
+def _adam_losses(model, forward, tokens, steps, lr, ignore_index=-100):
     import torch
 
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     losses = []
     for _ in range(steps):
-        logprobs = model(feats, mask, tokens[:, :-1], *extra)
-        loss = torch.nn.functional.nll_loss(logprobs.reshape(-1, logprobs.shape[-1]), tokens[:, 1:].reshape(-1))
+        logprobs = forward()
+        loss = torch.nn.functional.nll_loss(logprobs.reshape(-1, logprobs.shape[-1]), tokens[:, 1:].reshape(-1),
+                                            ignore_index=ignore_index)
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
     return losses
+
+
+def world_images(world, items, visual):
+    """The images of Karpathy `items` in a synthetic world on disk, preprocessed as the
+    VisualConfig `visual` says: a [B, 3, H, W] float32 array."""
+    from pathlib import Path
+
+    import cv2
+    import numpy as np
+
+    from edgecap.contract.preprocess import preprocess
+
+    return np.stack([preprocess(cv2.imread(str(Path(world) / "images" / i.path)), visual.image_size, visual.mean,
+                                visual.std, visual.resize, visual.channel_order) for i in items])
+
+
+def caption_tokens(items, vocab, max_len):
+    """The first caption of each Karpathy item as BOS..EOS token ids, padded into [B, T]."""
+    import torch
+
+    return torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor(vocab.encode(list(i.captions[0]), max_len)) for i in items], batch_first=True)

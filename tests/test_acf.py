@@ -10,7 +10,13 @@ from edgecap.errors import EdgecapError
 from edgecap.models import build, preset_config
 from edgecap.models.attention.clustering import accumulate, log_cluster
 from edgecap.models.decoding import generate
-from tests.conftest import random_batch, teacher_forcing_losses
+from tests.conftest import (
+    caption_tokens,
+    pixel_losses,
+    random_batch,
+    teacher_forcing_losses,
+    world_images,
+)
 
 
 def tiny(**extra):
@@ -151,10 +157,6 @@ def test_a_few_training_steps_reduce_the_loss():
 
 @pytest.mark.slow
 def test_trains_on_the_synthetic_world(tmp_path):
-    import cv2
-    import numpy as np
-
-    from edgecap.contract.preprocess import preprocess
     from edgecap.contract.vocab import Vocab
     from edgecap.data.karpathy import load_karpathy
     from edgecap.data.synth.dataset import generate_dataset
@@ -167,24 +169,10 @@ def test_trains_on_the_synthetic_world(tmp_path):
     model = tiny(vocab_size=len(vocab), d_in=32, max_len=16,
                  visual={"kind": "cnn", "image_size": 64, "channels": [8, 16, 32, 32]})
     items = data.train[:16]
-    vc = model.cfg.visual
-    images = torch.from_numpy(np.stack([
-        preprocess(cv2.imread(str(world / "images" / i.path)), vc.image_size, vc.mean, vc.std, vc.resize,
-                   vc.channel_order) for i in items]))
-    tokens = torch.nn.utils.rnn.pad_sequence(
-        [torch.tensor(vocab.encode(list(i.captions[0]), model.cfg.max_len)) for i in items], batch_first=True)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    losses = []
+    images = torch.from_numpy(world_images(world, items, model.cfg.visual))
+    tokens = caption_tokens(items, vocab, model.cfg.max_len)
     model.train()
-    for _ in range(30):
-        feats, mask = model.visual(images)
-        logprobs = model(feats, mask, tokens[:, :-1])
-        loss = torch.nn.functional.nll_loss(logprobs.reshape(-1, logprobs.shape[-1]), tokens[:, 1:].reshape(-1),
-                                            ignore_index=vocab.pad_id)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = pixel_losses(model, images, tokens, 30, pad_id=vocab.pad_id)
     assert losses[-1] < 0.5 * losses[0], losses[::5]
     assert math.isfinite(losses[-1])
 

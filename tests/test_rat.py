@@ -10,7 +10,13 @@ from edgecap.contract.beam import DecodeOptions
 from edgecap.errors import EdgecapError
 from edgecap.models import build, preset_config
 from edgecap.models.decoding import generate
-from tests.conftest import random_batch, teacher_forcing_losses
+from tests.conftest import (
+    caption_tokens,
+    pixel_losses,
+    random_batch,
+    teacher_forcing_losses,
+    world_images,
+)
 
 K, LM = 3, 5
 
@@ -128,9 +134,7 @@ def test_example_inputs_have_the_static_shape():
 def test_trains_on_the_synthetic_world_with_retrieval(tmp_path, run_cli):
     """The whole torch-side path: synth images -> index built with the model's own (frozen)
     CNN front end -> training memory from the stored neighbours -> loss goes down."""
-    import cv2
 
-    from edgecap.contract.preprocess import preprocess
     from edgecap.contract.vocab import Vocab
     from edgecap.data.karpathy import load_karpathy
     from edgecap.data.synth.dataset import generate_dataset
@@ -157,28 +161,14 @@ def test_trains_on_the_synthetic_world_with_retrieval(tmp_path, run_cli):
     items = data.train[:16]
     mem = torch.from_numpy(memory.for_indexed([i.image_id for i in items]))
     assert mem.shape == (16, 4, 12)
-    vc = model.cfg.visual
-    images = torch.from_numpy(np.stack([
-        preprocess(cv2.imread(str(world / "images" / i.path)), vc.image_size, vc.mean, vc.std, vc.resize,
-                   vc.channel_order) for i in items]))
-    tokens = torch.nn.utils.rnn.pad_sequence(
-        [torch.tensor(vocab.encode(list(i.captions[0]), model.cfg.max_len)) for i in items], batch_first=True)
+    images = torch.from_numpy(world_images(world, items, model.cfg.visual))
+    tokens = caption_tokens(items, vocab, model.cfg.max_len)
 
     for p in model.visual.parameters():  # the retrieval backbone stays as indexed
         p.requires_grad_(False)
     model.train()
     model.visual.eval()
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=3e-3)
-    losses = []
-    for _ in range(30):
-        feats, mask = model.visual(images)
-        logprobs = model(feats, mask, tokens[:, :-1], mem)
-        loss = torch.nn.functional.nll_loss(logprobs.reshape(-1, logprobs.shape[-1]), tokens[:, 1:].reshape(-1),
-                                            ignore_index=vocab.pad_id)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = pixel_losses(model, images, tokens, 30, mem, pad_id=vocab.pad_id)
     assert losses[-1] < 0.5 * losses[0], losses[::5]
     from edgecap.retrieval.command import visual_fingerprint
 
@@ -208,9 +198,6 @@ def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_pa
     import subprocess
     import sys
 
-    import cv2
-
-    from edgecap.contract.preprocess import preprocess
     from edgecap.contract.vocab import Vocab
     from edgecap.data.karpathy import load_karpathy
     from edgecap.data.synth.dataset import generate_dataset
@@ -237,9 +224,7 @@ def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_pa
     assert manifest["retrieval"]["k"] == 3 and manifest["retrieval"]["count"] == len(data.train)
     assert manifest["state"]["encode_extra_names"] == ["memory_tokens"]
 
-    vc = model.cfg.visual
-    images = np.stack([preprocess(cv2.imread(str(world / "images" / i.path)), vc.image_size, vc.mean, vc.std,
-                                  vc.resize, vc.channel_order) for i in data.test[:2]])
+    images = world_images(world, data.test[:2], model.cfg.visual)
     np.save(tmp_path / "images.npy", images)
     proc = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "bundle"), str(tmp_path / "images.npy")],
                           capture_output=True, text=True)

@@ -1,27 +1,9 @@
 """Distributed training: `torchrun --nproc_per_node=2` with gloo on CPU, on tiny data."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-from _train_tiny import tiny_config
-from conftest import REPO
-
-from edgecap.train.config import to_toml
-
-
-def run_ddp(tmp_path, cfg):
-    config = tmp_path / "ddp.toml"
-    config.write_text(to_toml(cfg.to_dict()))
-    out = tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "edgecap.cli", "train", "--config", str(config), "--out", str(out), "--quiet"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, proc
+from _train_tiny import run_ddp, tiny_config
 
 
 @pytest.mark.slow

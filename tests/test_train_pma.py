@@ -13,15 +13,6 @@ from edgecap.train.loop import Trainer
 PROTOTYPES = {"bank_iterations": 4, "stride": 4, "topk": 2, "kmeans_iterations": 5}
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from edgecap.data.synth import generate_dataset
-
-    root = tmp_path_factory.mktemp("world") / "data"
-    generate_dataset(root, 40, seed=3, size=32, sequences=0, video_frames=0, progress=False)
-    return root
-
-
 def records(run):
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
 

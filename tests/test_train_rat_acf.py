@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from _train_tiny import TINY_MODEL, tiny_config
+from _train_tiny import TINY_MODEL, run_ddp, tiny_config
+from conftest import world_images
 
 from edgecap.errors import EdgecapError
 from edgecap.train.config import to_toml
@@ -23,15 +24,6 @@ SCST = {"epochs": 1, "beam_size": 3, "lr": 1e-3}
 # The tiny RA-T (frozen random CNN) needs ~70 steps to leave the "a a a ..." plateau: before
 # that every SCST reward is 0 and SCST would be a no-op.
 RAT_XE = {"schedule": {"epochs": 8, "warmup": 10}, "optim": {"lr": 0.1}}
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from edgecap.data.synth import generate_dataset
-
-    root = tmp_path_factory.mktemp("world") / "data"
-    generate_dataset(root, 40, seed=3, size=32, sequences=0, video_frames=0, progress=False)
-    return root
 
 
 def records(run, kind="train"):
@@ -54,11 +46,9 @@ def weights(run, name="last.pt"):
 @pytest.mark.slow
 def test_rat_trains_from_the_cli_with_its_index_and_exports_a_bundle_that_captions_like_pytorch(
         world, tmp_path, run_cli):
-    import cv2
     from _export_util import export
 
     from edgecap.contract.beam import DecodeOptions
-    from edgecap.contract.preprocess import preprocess
     from edgecap.data.karpathy import load_karpathy
     from edgecap.models.checkpoint import load_checkpoint
     from edgecap.models.decoding import generate
@@ -96,9 +86,7 @@ def test_rat_trains_from_the_cli_with_its_index_and_exports_a_bundle_that_captio
     assert manifest["retrieval"]["count"] == len(splits.train)
 
     # on the robot: visual graph -> retrieval inside the bundle -> encoder -> beam search
-    vc = ckpt.config.visual
-    images = np.stack([preprocess(cv2.imread(str(world / "images" / im.path)), vc.image_size, vc.mean, vc.std,
-                                  vc.resize, vc.channel_order) for im in splits.val[:2]])
+    images = world_images(world, splits.val[:2], ckpt.config.visual)
     bundle = Bundle.load(bundle_dir)
     feats, mask = bundle.visual(images)
     hyp = bundle.decode(bundle.encode(feats, mask), DecodeOptions(beam_size=2, max_len=bundle.max_len))
@@ -232,22 +220,9 @@ def test_rat_from_hdf5_features_indexes_the_features(world, tmp_path):
 
 @pytest.mark.slow
 def test_rat_two_process_gloo_run(world, tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    from conftest import REPO
-
     cfg = tiny_config(world, model=TINY_RAT, schedule={"epochs": 1, "warmup": 5},
                       scst={"epochs": 1, "beam_size": 2, "lr": 1e-4}, data={"val_batch_size": 4})
-    config = tmp_path / "ddp.toml"
-    config.write_text(to_toml(cfg.to_dict()))
-    out = tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "edgecap.cli", "train", "--config", str(config), "--out", str(out), "--quiet"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    out, _ = run_ddp(tmp_path, cfg)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["done"] and summary["step"] == 10
     assert (out / "index" / "index.faiss").is_file()

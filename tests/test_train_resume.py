@@ -11,15 +11,6 @@ from edgecap.errors import EdgecapError
 from edgecap.train.loop import Trainer
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from edgecap.data.synth import generate_dataset
-
-    root = tmp_path_factory.mktemp("world") / "data"
-    generate_dataset(root, 40, seed=3, size=32, sequences=0, video_frames=0, progress=False)
-    return root
-
-
 def losses(run):
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     return [(r["step"], r["phase"], r["loss"]) for r in lines if r["kind"] == "train"]

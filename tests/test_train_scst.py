@@ -109,15 +109,6 @@ def test_equal_rewards_give_no_gradient_with_the_mean_baseline():
     assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in model.parameters())
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from edgecap.data.synth import generate_dataset
-
-    root = tmp_path_factory.mktemp("world") / "data"
-    generate_dataset(root, 40, seed=3, size=32, sequences=0, video_frames=0, progress=False)
-    return root
-
-
 def test_scst_phase_starts_from_best_xe_and_changes_the_model(world, tmp_path):
     cfg = tiny_config(world, schedule={"epochs": 2, "warmup": 5},
                       scst={"epochs": 1, "beam_size": 3, "lr": 1e-3}, data={"val_batch_size": 4})

@@ -15,15 +15,6 @@ from edgecap.train.loop import Trainer
 from edgecap.train.xe import xe_loss
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from edgecap.data.synth import generate_dataset
-
-    root = tmp_path_factory.mktemp("world") / "data"
-    generate_dataset(root, 40, seed=3, size=32, sequences=0, video_frames=0, progress=False)
-    return root
-
-
 def test_xe_loss_ignores_padding():
     torch.manual_seed(0)
     logp = torch.randn(2, 5, 7).log_softmax(-1)
