@@ -96,7 +96,7 @@ def test_missing_or_broken_file(tmp_path):
         load_karpathy(tmp_path / "nope.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(EdgecapError, match="not valid JSON"):
+    with pytest.raises(EdgecapError, match="invalid JSON at line 1: Expecting property name"):
         load_karpathy(bad)
     bad.write_text(json.dumps({"annotations": []}))
     with pytest.raises(EdgecapError, match="'images' list"):

@@ -20,7 +20,6 @@ docs/coverage.md lists where, and why, edgecap still differs from the challenge'
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from collections.abc import Iterator
@@ -184,16 +183,9 @@ def _find_rgb(seq_dir: Path, frame_id: str, meta: dict, images_root: Path | None
 
 
 def read_labels(path: Path) -> dict:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise EdgecapError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        labels = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise EdgecapError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise EdgecapError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    from edgecap.jsonio import read_json
+
+    labels = read_json(path)
     if not isinstance(labels, dict):
         raise EdgecapError(f"{path}: expected an object of frame ids, got {type(labels).__name__}")
     return labels

@@ -14,7 +14,6 @@ every captioning paper since Karpathy & Fei-Fei does. Captions are re-tokenised 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,11 +106,9 @@ def load_karpathy(
     path = Path(path)
     if not path.is_file():
         raise EdgecapError(f"Karpathy split file {path} does not exist")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise EdgecapError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    from edgecap.jsonio import read_json
+
+    data = read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise EdgecapError(f"{path}: expected an object with an 'images' list (Karpathy dataset_coco.json)")
     root = Path(image_root) if image_root is not None else None

@@ -17,7 +17,6 @@ JSONL lines are skipped (and counted); only a file with no usable record is an e
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +41,7 @@ def _record_id(rec: dict) -> str | None:
 
 def read_captions(path: str | Path, normalize=None) -> CaptionFile:
     """Read a caption file; `normalize` maps raw image ids to the keys used for matching."""
-    from edgecap.jsonl import read_bytes, read_objects
+    from edgecap.jsonio import parse_json, read_bytes, read_objects
 
     path = Path(path)
     raw = read_bytes(path, "caption file")
@@ -50,12 +49,8 @@ def read_captions(path: str | Path, normalize=None) -> CaptionFile:
               "missing_caption": 0, "empty_captions": 0, "run_markers": 0}
     records: list = []
     text = raw.decode("utf-8", errors="replace")
-    stripped = text.lstrip("\ufeff \t\r\n")
-    if stripped.startswith("["):
-        try:
-            parsed = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise EdgecapError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    if text.lstrip("\ufeff \t\r\n").startswith("["):
+        parsed = parse_json(text.removeprefix("\ufeff"), str(path))  # its own line numbers
         if not isinstance(parsed, list):
             raise EdgecapError(f"{path}: expected a JSON list of {{image_id, caption}}")
         records = parsed

@@ -215,20 +215,15 @@ def load_coco_instances(path, class_of=None) -> tuple[dict[str, set[str]], objec
     ground truth); `resolve` maps a caption's image_id (the id, zero-padded or not, the file
     name or its stem) to its key, as for `eval coco`. `class_of` names a category's class
     (default `canonical_class`; a synonyms file's table maps "tv" to its own class name)."""
-    import json
     from pathlib import Path
 
     from edgecap.data.classes import canonical_class
     from edgecap.errors import EdgecapError
+    from edgecap.jsonio import read_json
     from edgecap.metrics.coco import file_aliases, id_resolver
 
     path = Path(path)
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise EdgecapError(f"{path}: cannot read instances file ({exc.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EdgecapError(f"{path}: not a UTF-8 JSON file ({exc})") from None
+    data = read_json(path, "instances file")
     if not isinstance(data, dict) or not isinstance(data.get("categories"), list) \
             or not isinstance(data.get("annotations"), list):
         raise EdgecapError(f"{path}: expected COCO instances JSON with 'categories' and 'annotations'")

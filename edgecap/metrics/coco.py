@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import shutil
 from pathlib import Path
 
@@ -40,15 +39,10 @@ def load_references(path: str | Path, split: str | None = None) -> tuple[Referen
     picks a Karpathy split (default "test"); a COCO captions file has none, so every image it
     annotates is a reference and naming a split is an error.
     """
+    from edgecap.jsonio import read_json
+
     path = Path(path)
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise EdgecapError(f"{path}: cannot read references ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise EdgecapError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise EdgecapError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    data = read_json(path, "references")
     if isinstance(data, dict) and isinstance(data.get("annotations"), list):
         if split is not None:
             raise EdgecapError(f"{path}: a COCO captions file has no splits (split {split!r} asked); "

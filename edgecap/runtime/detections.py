@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
-from edgecap.jsonl import json_lines, read_bytes
+from edgecap.jsonio import json_lines, read_bytes
 
 from .sources import KnownObject
 

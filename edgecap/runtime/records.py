@@ -286,7 +286,7 @@ def read_runs(path: str | os.PathLike) -> tuple[list[RecordedRun], int]:
     """(the runs of a caption log, in order; lines that are not JSON objects, skipped). Caption
     records before any run_start form a run of their own; a run_start always opens a new run,
     so a killed run (no run_end) ends where the next one starts."""
-    from edgecap.jsonl import read_bytes, read_objects
+    from edgecap.jsonio import read_bytes, read_objects
 
     lines = read_objects(read_bytes(path, "caption log"))
     runs: list[RecordedRun] = []

@@ -1,4 +1,9 @@
-"""Reading JSON Lines: the one way edgecap reads a JSONL file.
+"""Reading JSON and JSON Lines files: the one way edgecap reads them.
+
+A JSON document (`read_json`: ACVR labels.json, COCO references and instances, Karpathy's
+dataset_coco.json) is read as bytes, a UTF-8 byte order mark dropped, decoded strictly and
+parsed; each failure is one line naming the file: "cannot read[ <what>] (<reason>)", "not
+UTF-8 text (byte N)", "invalid JSON at line N: <reason>".
 
 Three kinds of file are JSON Lines: the caption logs `edgecap run --jsonl` writes
 (`edgecap.runtime.records.read_runs`), caption files for `edgecap eval`
@@ -39,6 +44,26 @@ def read_bytes(path: str | os.PathLike, what: str = "", where: str | None = None
         return Path(path).read_bytes()
     except OSError as exc:
         raise EdgecapError(f"{where}: cannot read{' ' + what if what else ''} ({exc.strerror or exc})") from None
+
+
+def read_json(path: str | os.PathLike, what: str = "", where: str | None = None):
+    """The JSON document in the file (any JSON value), or a one-line error naming it."""
+    where = str(Path(path)) if where is None else where
+    raw = read_bytes(path, what, where)
+    skip = len(BOM) if raw.startswith(BOM) else 0
+    try:
+        text = raw[skip:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EdgecapError(f"{where}: not UTF-8 text (byte {exc.start + skip})") from None
+    return parse_json(text, where)
+
+
+def parse_json(text: str, where: str):
+    """json.loads, or the one-line error "<where>: invalid JSON at line N: <reason>"."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EdgecapError(f"{where}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
 
 
 @dataclass(frozen=True)

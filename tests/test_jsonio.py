@@ -1,5 +1,5 @@
 """Every JSON Lines file edgecap reads (caption logs, caption files, --detections) is read one
-way (edgecap.jsonl): a byte order mark, a line separator inside a string and bytes that are not
+way (edgecap.jsonio): a byte order mark, a line separator inside a string and bytes that are not
 UTF-8 are handled alike, and each reader keeps its own messages and counts."""
 
 import json
@@ -83,3 +83,33 @@ def test_detections_stop_at_the_first_bad_line_naming_it(tmp_path):
         assert str(err.value) == f"--detections {path}:3: {message}"  # the blank line 2 is counted
     with pytest.raises(EdgecapError, match="cannot read \\(No such file or directory\\)"):
         Detections(tmp_path / "missing.jsonl")
+
+
+def test_json_documents_are_read_one_way(tmp_path):
+    """labels.json, COCO references / instances and dataset_coco.json: a byte order mark is
+    dropped, bytes that are not UTF-8 and broken JSON are one line naming file and place."""
+    from edgecap.data.acvr import read_labels
+    from edgecap.data.karpathy import load_karpathy
+    from edgecap.metrics.chair import load_coco_instances
+    from edgecap.metrics.coco import load_references
+
+    labels = tmp_path / "labels.json"
+    labels.write_bytes(BOM + json.dumps({"000000": {}}).encode())
+    assert read_labels(labels) == {"000000": {}}
+    refs = tmp_path / "captions_val2014.json"
+    refs.write_bytes(BOM + json.dumps({"images": [{"id": 7, "file_name": "a.jpg"}],
+                                       "annotations": [{"image_id": 7, "caption": "a cup"}]}).encode())
+    got, _ = load_references(refs)
+    assert list(got) == ["7"]
+    karpathy = tmp_path / "dataset_coco.json"
+    karpathy.write_bytes(b'{"images": [{"filename": "caf\xe9.jpg"}]}')  # Latin-1, as an old editor saved it
+    with pytest.raises(EdgecapError) as err:
+        load_karpathy(karpathy)
+    assert str(err.value) == f"{karpathy}: not UTF-8 text (byte 29)"
+    instances = tmp_path / "instances.json"
+    instances.write_text('{"categories": [],\n "annotations": [,]}')
+    with pytest.raises(EdgecapError) as err:
+        load_coco_instances(instances)
+    assert str(err.value) == f"{instances}: invalid JSON at line 2: Expecting value"
+    with pytest.raises(EdgecapError, match=f"^{tmp_path / 'none.json'}: cannot read instances file "):
+        load_coco_instances(tmp_path / "none.json")
