@@ -126,7 +126,7 @@ def test_records_print_the_runs_own_coverage_beside_the_rescored(recorded, run_c
         got = doc["files"][name]["recorded"]
         assert {k: v["mean"] for k, v in got["thresholds"].items()} == pytest.approx(end["coverage_mean"], abs=2e-6)
         assert {k: v["n_images"] for k, v in got["thresholds"].items()} == end["coverage_frames"]
-        assert got["rule"] == (None if name == "killed#2" else end["coverage_rule"])
+        assert got["rule"] == end["coverage_rule"]  # a killed run's from its run_start line
         assert all(abs(d) < 2e-6 for d in got["difference"].values())  # the run's own settings: reproduced
         printed = stdout.splitlines()
         at = next(i for i, line in enumerate(printed) if line.split()[:1] == [name])
@@ -136,7 +136,8 @@ def test_records_print_the_runs_own_coverage_beside_the_rescored(recorded, run_c
     assert [doc["files"][n]["recorded"]["from"] for n in ("run#1", "killed#1", "killed#2", "plain")] == [
         "run_end", "run_end", "records", str(plain.with_name("plain.summary.json"))]
     assert "recorded coverage: its run_end summary, pixels area > threshold" in stdout
-    assert "recorded coverage: the mean of its records (no summary: killed), area rule not recorded" in stdout
+    assert "recorded coverage: the mean of its records (no summary: killed), pixels area > threshold" in stdout
+    assert json.loads(lines[0])["coverage_rule"] == "box area > threshold"
 
 
 def test_records_rescored_otherwise_show_how_far_from_the_run(recorded, run_cli, tmp_path):

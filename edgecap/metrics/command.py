@@ -11,7 +11,6 @@ Heavy imports (spaCy, GloVe, pycocoevalcap, matplotlib) happen inside the handle
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -257,13 +256,14 @@ def _recorded_from(recorded: dict) -> str:
 def _summary_of(run, path: Path) -> tuple[str, dict] | None:
     """(path, the summary edgecap run wrote beside a log written without --append) when it is
     this run's: same source and number of captions (a killed run leaves the previous one's)."""
-    from edgecap.io import json_file_with
+    from edgecap.jsonio import read_json
 
-    if not json_file_with("frames_captioned", "source")(path):
+    try:
+        summary = read_json(path) if path.is_file() else None
+    except EdgecapError:  # not a summary of ours: there is none to compare with
         return None
-    summary = json.loads(path.read_text(encoding="utf-8"))
-    ours = (summary["frames_captioned"] == len(run.records)
-            and all(r.get("source") == summary["source"] for r in run.records))
+    ours = (isinstance(summary, dict) and summary.get("frames_captioned") == len(run.records)
+            and all(r.get("source") == summary.get("source") for r in run.records))
     return (str(path), summary) if ours else None
 
 

@@ -371,7 +371,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         if settings.jsonl:
             jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
             if settings.append:
-                jsonl.write(run_start_record(settings.source, settings.bundle))
+                jsonl.write(run_start_record(settings.source, settings.bundle, settings.area))
                 # registered after closing(): runs first, so the summary line precedes the close
                 closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
             sinks.append(lambda r: jsonl.write(r.to_json()))

@@ -156,10 +156,17 @@ def _ends_with_newline(path: Path) -> bool:
         return fh.read(1) == b"\n"
 
 
-def run_start_record(source: str, bundle: str | None) -> dict:
-    """The line that opens each run in an appended JSONL (`kind` marks it as no caption)."""
+def run_start_record(source: str, bundle: str | None, coverage_area: str = "box") -> dict:
+    """The line that opens each run in an appended JSONL (`kind` marks it as no caption); it
+    names the coverage rule too, so a run killed before its run_end still says how it scored."""
     return {"kind": RUN_START, "wall_time": round(time.time(), 6), "source": source,
-            "bundle": bundle, "pid": os.getpid(), "edgecap": __version__}
+            "bundle": bundle, "pid": os.getpid(), "edgecap": __version__,
+            "coverage_rule": coverage_rule(coverage_area)}
+
+
+def coverage_rule(area: str) -> str:
+    """How a run decides that an object is in view at a threshold (run_start, the summary)."""
+    return f"{area} area > threshold"
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -220,7 +227,7 @@ class Summary:
             "beam_changes": self.beam_changes,
             "coverage_mean": {k: round(float(np.mean(v)), 6) for k, v in self.coverage.items()},
             "coverage_frames": {k: len(v) for k, v in self.coverage.items()},
-            "coverage_rule": f"{self.coverage_area} area > threshold",
+            "coverage_rule": coverage_rule(self.coverage_area),
         }
 
     def human(self) -> str:
@@ -274,7 +281,7 @@ class RecordedRun:
                     values.setdefault(label, []).append(value)
         if not values:
             return None
-        return {"from": "records", "rule": end.get("coverage_rule"),
+        return {"from": "records", "rule": end.get("coverage_rule", (self.start or {}).get("coverage_rule")),
                 "thresholds": {label: {"mean": float(np.mean(v)), "n_images": len(v)} for label, v in values.items()}}
 
 
