@@ -127,6 +127,13 @@ def make_log(tmp_path, storage, kind, n=5):
     return write_rosbag2(tmp_path / f"bag_{storage}", storage, camera_topics(kind, n))
 
 
+def run_on(log, **settings):
+    """`edgecap run` with a fake one-row bundle over `log`, its console output dropped:
+    -> (summary, error)."""
+    return execute(Captioner(FakeBundle(batch_size=1, beam_size=1)), RunSettings(source=str(log), **settings),
+                   out=io.StringIO())
+
+
 @pytest.mark.parametrize("storage, kind", LOG_KINDS)
 def test_log_source_reads_images_with_their_stamps(tmp_path, storage, kind):
     source = make_source(str(make_log(tmp_path, storage, kind)))
@@ -244,9 +251,7 @@ def test_a_compressed_image_that_does_not_decode_is_skipped_and_counted(tmp_path
     stamp, log, _ = frames()[2]
     msgs[2] = (log, compressed_msg(stamp, None, data=b"\x89PNG\r\n\x1a\n broken"))
     bag = write_rosbag2(tmp_path / "bag", "mcap", {"/cam": (COMPRESSED, msgs)})
-    summary, error = execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
-                             RunSettings(source=str(bag), pace="every", quiet=True),
-                             out=io.StringIO())
+    summary, error = run_on(bag, pace="every", quiet=True)
     assert error is None
     assert summary.captioned == 4 and summary.grabber.skipped == 1
     assert "message 2" in summary.grabber.last_skip and "does not decode" in summary.grabber.last_skip
@@ -257,9 +262,7 @@ def test_an_unknown_encoding_ends_the_run_with_one_line_naming_it(tmp_path):
     msg = image_msg(stamp, img)
     msg.encoding = "yuv420"
     bag = write_mcap(tmp_path / "yuv.mcap", {"/cam": (IMAGE, [(log, msg)])})
-    summary, error = execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
-                             RunSettings(source=str(bag), pace="every", quiet=True),
-                             out=io.StringIO())
+    summary, error = run_on(bag, pace="every", quiet=True)
     assert summary.captioned == 0
     assert "'yuv420' is not supported" in error and "/cam" in error and "\n" not in error
 
@@ -364,18 +367,14 @@ def test_caption_log_refuses_to_overwrite_a_file_it_did_not_write(tmp_path):
     theirs = tmp_path / "theirs.mcap"
     theirs.write_bytes(b"precious")
     with pytest.raises(EdgecapError, match="not an MCAP log written by edgecap"):
-        execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
-                RunSettings(source=str(log), out_mcap=str(theirs)), out=io.StringIO())
+        run_on(log, out_mcap=str(theirs))
     assert theirs.read_bytes() == b"precious"
     with pytest.raises(EdgecapError, match="is the input log"):
-        execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
-                RunSettings(source=str(log), out_mcap=str(log)), out=io.StringIO())
+        run_on(log, out_mcap=str(log))
     # A log edgecap wrote is replaced by the next run.
     ours = tmp_path / "ours.mcap"
     for frames_wanted in (5, 2):
-        summary, _ = execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
-                             RunSettings(source=str(log), pace="every", frames=frames_wanted,
-                                         out_mcap=str(ours), quiet=True), out=io.StringIO())
+        summary, _ = run_on(log, pace="every", frames=frames_wanted, out_mcap=str(ours), quiet=True)
         assert len(_read_caption_log(ours)["/edgecap/caption"]) == frames_wanted
 
 
@@ -473,10 +472,7 @@ def test_rerun_recording_has_the_images_boxes_and_captions_at_their_log_times(tm
     detections.write_text("\n".join(json.dumps({"frame_id": i, "objects": [
         {"class": "cup", "box": [6, 4, 13, 9]}]}) for i in range(5)) + "\n")
     out = tmp_path / "run.rrd"
-    summary, error = execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
-                             RunSettings(source=str(log), pace="every", rerun=str(out),
-                                         detections=str(detections), coverage=False,
-                                         quiet=True), out=io.StringIO())
+    summary, error = run_on(log, pace="every", rerun=str(out), detections=str(detections), coverage=False, quiet=True)
     assert error is None and summary.captioned == 5
     rows = {}
     for chunk in RrdReader(out).stream():
@@ -497,12 +493,9 @@ def test_rerun_recording_has_the_images_boxes_and_captions_at_their_log_times(tm
     theirs = tmp_path / "theirs.rrd"
     theirs.write_bytes(b"not ours")
     with pytest.raises(EdgecapError, match="not a rerun recording written by edgecap"):
-        execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
-                RunSettings(source=str(log), rerun=str(theirs)), out=io.StringIO())
+        run_on(log, rerun=str(theirs))
     assert theirs.read_bytes() == b"not ours"
-    execute(Captioner(FakeBundle(batch_size=1, beam_size=1)),
-            RunSettings(source=str(log), pace="every", frames=2, rerun=str(out), quiet=True),
-            out=io.StringIO())
+    run_on(log, pace="every", frames=2, rerun=str(out), quiet=True)
     assert hidden_leftovers(tmp_path) == []
 
 
