@@ -2,7 +2,9 @@
 session start costs with and without a graph optimised ahead of time, and spinning threads.
 
     python benchmarks/ort_settings.py [--model m2] [--batch 1] [--beam 5] [--vocab 10201]
-        [--threads 2] [--repeats 5] [--out DIR] [--quick]
+        [--threads 2] [--repeats 5] [--out DIR] [--quick] [--fused-attention] [--against REV]
+        [--weight-only [--agreement-checkpoint CKPT] [--agreement-samples N]]
+        [--only fused-attention|against|weight-only]
 
 One exported bundle (random weights, the latency benchmark's model and inputs), fp32 and int8:
 - fusions: node counts of each graph before and after onnxruntime's in-session optimiser
