@@ -187,6 +187,23 @@ def test_weight_only_int8_writes_matmulnbits_that_tensorrt_refuses(run_cli, ckpt
     _one_line_error(code, err, "not TensorRT-compatible", "encoder.onnx: op DynamicQuantizeLinear", "(+1 more)")
 
 
+@pytest.mark.parametrize("family", ["updown", "m2"])
+def test_weight_only_int8_takes_every_linear_layer_of_the_step(tmp_path, family):
+    # Up-Down's step writes its linear layers as Gemm (unfolded first, as for dynamic int8);
+    # M²'s meshed cross-attention gates are linear layers too
+    import onnx
+
+    from tests._export_util import export
+
+    ckpt = save_tiny(tmp_path / f"{family}.pt", family)
+    fp32 = export(ckpt, tmp_path / "fp32")
+    result = export(ckpt, tmp_path / "wonly", precision="int8", quantize="weight-only")
+    assert result.parity["onnxruntime"]["quantize"] == "weight-only"
+    ops = [n.op_type for n in onnx.load(str(result.path / "decoder_step.onnx")).graph.node]
+    assert ops.count("MatMulNBits") == len(_linear_layers(fp32.path / "decoder_step.onnx")) > 0
+    assert "Gemm" not in ops
+
+
 @pytest.mark.slow
 def test_weight_only_int8_demo_model_captions_frames_as_fp32_does(run_cli, tmp_path):
     # the trained demo model (peaked distributions, unlike a random tiny model): through
