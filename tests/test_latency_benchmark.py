@@ -35,12 +35,17 @@ def test_latency_quick_writes_table_csv_json_and_plots(tmp_path):
     assert replot.returncode == 0 and (out / "latency.md").exists()
 
 
-def test_ort_settings_quick_reports_fusions_start_and_spinning(tmp_path):
-    out = tmp_path / "ort"
-    cmd = [sys.executable, f"{REPO}/benchmarks/ort_settings.py", "--quick", "--model", "smart", "--out", str(out)]
+def run_ort_settings(out, *args) -> dict:
+    """benchmarks/ort_settings.py --quick on the tiny SMArT with ARGS -> its JSON report."""
+    cmd = [sys.executable, f"{REPO}/benchmarks/ort_settings.py", "--quick", "--model", "smart", *args, "--out", str(out)]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    report = json.loads((out / "ort_settings.json").read_text())
+    return json.loads((out / "ort_settings.json").read_text())
+
+
+def test_ort_settings_quick_reports_fusions_start_and_spinning(tmp_path):
+    out = tmp_path / "ort"
+    report = run_ort_settings(out)
     for precision in ("fp32", "int8"):
         b = report["bundles"][precision]
         assert b["fusions"]["decoder_step"]["nodes_in_session"] < b["fusions"]["decoder_step"]["nodes"]
@@ -52,11 +57,7 @@ def test_ort_settings_quick_reports_fusions_start_and_spinning(tmp_path):
 def test_ort_settings_times_the_step_against_another_revision(tmp_path):
     # HEAD's export of the same checkpoint: the same graph, so the same node counts on both sides
     out = tmp_path / "against"
-    cmd = [sys.executable, f"{REPO}/benchmarks/ort_settings.py", "--quick", "--model", "smart", "--only", "against",
-           "--against", "HEAD", "--out", str(out)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    report = json.loads((out / "ort_settings.json").read_text())
+    report = run_ort_settings(out, "--only", "against", "--against", "HEAD")
     for precision in ("fp32", "int8"):
         graphs = report["bundles"][precision]["against"]
         assert list(graphs) == ["HEAD", "this checkout"]
@@ -70,11 +71,7 @@ def test_ort_settings_times_weight_only_steps_and_their_caption_agreement(tmp_pa
     # the tiny step graph re-quantized by onnxruntime's weight-only MatMulNBits, timed in turns
     # against fp32 and dynamic int8; the packaged demo model's captions compared per variant
     out = tmp_path / "wonly"
-    cmd = [sys.executable, f"{REPO}/benchmarks/ort_settings.py", "--quick", "--model", "smart", "--beam", "1",
-           "--only", "weight-only", "--out", str(out)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    w = json.loads((out / "ort_settings.json").read_text())["weight_only"]
+    w = run_ort_settings(out, "--beam", "1", "--only", "weight-only")["weight_only"]
     assert w["rows"] == 1 and not w["failed"]
     assert list(w["steps"]) == ["fp32", "dynamic int8", "w8-b256-a4", "w4-b32-a0"]
     assert all(s["step_ms"] > 0 and s["vs_bound"] > 0 for s in w["steps"].values())
