@@ -1,7 +1,7 @@
 """Caption latency vs batch size across models and backends, against the hardware limit.
 
     python benchmarks/latency.py [--models smart,smart-nomem,pma-edge,m2,transformer,updown]
-        [--backends torch-nocache,torch,onnxruntime,onnxruntime-int8,tensorrt]
+        [--backends torch-nocache,torch,onnxruntime,onnxruntime-int8,tensorrt,onnxruntime-int8-wo]
         [--batch-sizes 1,2,4,8,16,32,64] [--beam 1,3,5] [--repeats N] [--out DIR] [--quick] [--append]
 
 Reproduces and extends Fig. 3 of the SMArT paper. Every backend gets the same weights (random,
@@ -39,8 +39,10 @@ from _roofline import (  # noqa: E402
 
 ALL_MODELS = ("smart", "smart-nomem", "pma-edge", "m2", "transformer", "updown")
 EXTRA_MODELS = ("rat", "acf")
-COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")  # one per backend, every plot
-ALL_BACKENDS = ("torch-nocache", "torch", "onnxruntime", "onnxruntime-int8", "tensorrt")
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")  # one per backend, every plot
+# onnxruntime-int8-wo: the bundle of `export --quantize weight-only` (the step's MatMulNBits), not in the default sweep
+ALL_BACKENDS = ("torch-nocache", "torch", "onnxruntime", "onnxruntime-int8", "tensorrt", "onnxruntime-int8-wo")
+QUANTIZE = {"onnxruntime-int8": "dynamic", "onnxruntime-int8-wo": "weight-only"}
 QUICK = {"models": "smart,m2", "batch_sizes": "2", "beam": "1,3"}  # tiny models: seconds, not minutes
 PARTS = ("graph", "write", "reorder")  # timed per step; search = the decode time left over
 
@@ -241,8 +243,10 @@ class BundleRunner:
         return beam_search(self.stepper, b.batch_size, self.options, b.bos_id, b.eos_id, b.pad_id)
 
 
-def export_bundle(model, name, batch, beam, precision, engine, workdir: Path, threads, spin=True):
-    """Export the same weights as a bundle; returns (Bundle, None) or (None, reason)."""
+def export_bundle(model, name, batch, beam, precision, engine, workdir: Path, threads, spin=True,
+                  quantize: str | None = None):
+    """Export the same weights as a bundle (int8: `quantize` as export's --quantize); returns
+    (Bundle, None) or (None, reason)."""
     from edgecap.contract.vocab import Vocab
     from edgecap.errors import EdgecapError
     from edgecap.export.bundle import export_bundle as export
@@ -254,12 +258,13 @@ def export_bundle(model, name, batch, beam, precision, engine, workdir: Path, th
     if not ckpt.exists():
         vocab = Vocab(["<pad>", "<bos>", "<eos>", "<unk>"] + [f"w{i}" for i in range(model.cfg.vocab_size - 4)])
         save_checkpoint(ckpt, model, vocab)
-    out = workdir / f"{name}-{engine}-{precision}-b{batch}-k{beam}"
+    form = f"{precision}-{quantize}" if quantize else precision
+    out = workdir / f"{name}-{engine}-{form}-b{batch}-k{beam}"
     try:
         if not out.exists():
             # One parity sample: the gate still refuses a wrong fp32 bundle, at little cost.
             settings = resolve_settings({"engine": engine, "batch": batch, "beam": beam, "precision": precision,
-                                         "samples": 1, "out": str(out)})
+                                         "samples": 1, "out": str(out), **({"quantize": quantize} if quantize else {})})
             export(ckpt, settings, progress=False)
         return Bundle.load(out, threads=threads, spin=spin), None
     except (EdgecapError, ImportError) as exc:
@@ -280,9 +285,9 @@ def run_setting(s: Setting, model, args, workdir: Path, bound: dict, retrieval: 
         engine = "trt" if s.backend == "tensorrt" else "onnx"
         if engine == "trt" and importlib.util.find_spec("tensorrt") is None:
             return {**row, "status": "skipped", "reason": "tensorrt is not installed (needs an NVIDIA GPU)"}
-        precision = "int8" if s.backend.endswith("int8") else ("fp16" if engine == "trt" else "fp32")
+        precision = "int8" if s.backend in QUANTIZE else ("fp16" if engine == "trt" else "fp32")
         bundle, reason = export_bundle(model, s.model, s.batch, s.beam, precision, engine, workdir, args.threads,
-                                       spin=not args.no_spin)
+                                       spin=not args.no_spin, quantize=QUANTIZE.get(s.backend))
         if bundle is None:
             return {**row, "status": "skipped", "reason": reason}
         runner = BundleRunner(bundle, feats, mask, extra, options)
@@ -297,7 +302,7 @@ def run_setting(s: Setting, model, args, workdir: Path, bound: dict, retrieval: 
     st = summary(total)
     per_caption = st["median_ms"] / s.batch
     # int8 graphs read one byte per quantized weight instead of four
-    weight_scale = 0.25 if s.backend.endswith("int8") else 1.0
+    weight_scale = 0.25 if s.backend in QUANTIZE else 1.0
     cost = bound["step_cost"][(s.batch, s.beam)]
     step_s = step_bound_seconds(cost, bound["bandwidth"], bound["flops"], weight_scale)
     bound_ms = 1e3 * (bound["encoder_s"] * s.batch + step_s * model.cfg.max_len)
@@ -365,7 +370,7 @@ def plot(rows, out: Path) -> list[Path]:
                 if pts:
                     ax.plot(*zip(*pts, strict=False), marker="o", label=backend, color=color)
             bound = sorted({(r["batch"], r["bound_ms"] / r["batch"]) for r in ok
-                            if r["model"] == model and r["beam"] == beam and not r["backend"].endswith("int8")})
+                            if r["model"] == model and r["beam"] == beam and r["backend"] not in QUANTIZE})
             ax.plot(*zip(*bound, strict=False), "k--", lw=1, label="hardware bound")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
@@ -411,7 +416,7 @@ def plot_steps(ok: list[dict], out: Path, plt) -> Path:
                 top.plot(rows_n, ms, marker="o", ms=3, label=backend, color=color)
                 bottom.plot(rows_n, ratio, marker="o", ms=3, label=backend, color=color)
         bound = sorted({(r["batch"] * r["beam"], r["step_bound_ms"]) for r in ok
-                        if r["model"] == model and r.get("step_ms") and not r["backend"].endswith("int8")})
+                        if r["model"] == model and r.get("step_ms") and r["backend"] not in QUANTIZE})
         if bound:
             top.plot(*zip(*bound, strict=True), "k--", lw=1, label="fp32 bound")
         for goal, text, where in ((1.3, "1.3x (bandwidth goal, batch 1)", "top"), (1.5, "1.5x (compute goal, batch 32)", "bottom")):
@@ -439,7 +444,7 @@ def markdown(rows: list[dict]) -> str:
     speed-ups over torch-nocache (the official code's decoding); then the per-step breakdown."""
     ok = [r for r in rows if r["status"] == "ok"]
     backends = [b for b in ALL_BACKENDS if any(r["backend"] == b for r in ok)]
-    faster = [b for b in ("torch", "onnxruntime", "onnxruntime-int8") if b in backends]
+    faster = [b for b in ("torch", "onnxruntime", "onnxruntime-int8", "onnxruntime-int8-wo") if b in backends]
     lines = ["| model | batch | beam | " + " | ".join(backends)
              + "".join(f" | {b} vs official" for b in faster) + " |",
              "|---" * (len(backends) + len(faster) + 3) + "|"]

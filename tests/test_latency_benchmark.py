@@ -10,7 +10,7 @@ from tests.conftest import REPO
 def test_latency_quick_writes_table_csv_json_and_plots(tmp_path):
     out = tmp_path / "lat"
     cmd = [sys.executable, f"{REPO}/benchmarks/latency.py", "--quick", "--models", "smart,updown",
-           "--backends", "torch-nocache,torch,onnxruntime,tensorrt", "--batch-sizes", "2", "--beam", "2",
+           "--backends", "torch-nocache,torch,onnxruntime,onnxruntime-int8-wo,tensorrt", "--batch-sizes", "2", "--beam", "2",
            "--out", str(out)]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -20,6 +20,10 @@ def test_latency_quick_writes_table_csv_json_and_plots(tmp_path):
     assert rows[("smart", "torch")]["status"] == "ok"
     assert rows[("smart", "onnxruntime")]["status"] == "ok"
     assert rows[("smart", "onnxruntime")]["ratio_to_bound"] > 0
+    # the weight-only bundle: its own export (MatMulNBits step), bounded by one byte per weight
+    weight_only = rows[("smart", "onnxruntime-int8-wo")]
+    assert weight_only["status"] == "ok" and weight_only["step_bound_ms"] < rows[("smart", "onnxruntime")]["step_bound_ms"]
+    assert "onnxruntime-int8-wo vs official" in (out / "latency.md").read_text()
     assert rows[("updown", "torch-nocache")]["status"] == "skipped"
     assert "tensorrt" in rows[("smart", "tensorrt")]["reason"] or rows[("smart", "tensorrt")]["status"] == "ok"
     assert report["memory_bandwidth_gb_s"] > 0 and report["host"]["logical_cores"] >= 1
