@@ -1,7 +1,8 @@
 """Reading JSON and JSON Lines files: the one way edgecap reads them.
 
-A JSON document (`read_json`: ACVR labels.json, COCO references and instances, Karpathy's
-dataset_coco.json) is read as bytes, a UTF-8 byte order mark dropped, decoded strictly and
+A JSON document (`read_json`: a bundle's manifest.json, ACVR labels.json, COCO references and
+instances, Karpathy's dataset_coco.json for training, `features extract` and the export's parity
+data) is read as bytes, a UTF-8 byte order mark dropped, decoded strictly and
 parsed; each failure is one line naming the file: "cannot read[ <what>] (<reason>)", "not
 UTF-8 text (byte N)", "invalid JSON at line N: <reason>".
 

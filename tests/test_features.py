@@ -1,6 +1,7 @@
 """HDF5 features in the M2 layout, and `edgecap features extract` (tiny open_clip ViT)."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -257,3 +258,19 @@ def test_extract_finds_coco_2017_images_under_their_new_names(backbone, dataset,
     assert "7 images written" in stdout
     with FeatureStore(out) as store:
         assert sorted(store.ids()) == [str(i) for i in range(100, 107)]
+
+
+def test_split_file_saved_with_a_byte_order_mark_or_bad_bytes(dataset):
+    """A dataset_coco.json saved again by Notepad / PowerShell (UTF-8 with a BOM) is read; one
+    that is not UTF-8, or holds no 'images' list, is one line naming the split file."""
+    from edgecap.data.features_command import read_split_images
+
+    images, split_file = dataset
+    split_file.write_bytes(b"\xef\xbb\xbf" + split_file.read_bytes())
+    assert len(read_split_images(split_file, images)) == 7
+    split_file.write_bytes(split_file.read_bytes().replace(b"A cup.", b"A caf\xe9.", 1))  # Latin-1 e-acute
+    with pytest.raises(EdgecapError, match=rf"^split file {re.escape(str(split_file))}: not UTF-8 text \(byte \d+\)$"):
+        read_split_images(split_file, images)
+    split_file.write_text('[{"images": []}]')
+    with pytest.raises(EdgecapError, match="is not a Karpathy dataset_coco.json \\(no 'images' list\\)"):
+        read_split_images(split_file, images)

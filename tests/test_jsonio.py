@@ -3,6 +3,7 @@ way (edgecap.jsonio): a byte order mark, a line separator inside a string and by
 UTF-8 are handled alike, and each reader keeps its own messages and counts."""
 
 import json
+import re
 
 import pytest
 
@@ -113,3 +114,17 @@ def test_json_documents_are_read_one_way(tmp_path):
     assert str(err.value) == f"{instances}: invalid JSON at line 2: Expecting value"
     with pytest.raises(EdgecapError, match=f"^{tmp_path / 'none.json'}: cannot read instances file "):
         load_coco_instances(tmp_path / "none.json")
+
+
+def test_export_parity_reads_a_karpathy_file_with_a_byte_order_mark(tmp_path):
+    # the parity gate's held-out images come from the checkpoint's dataset_coco.json
+    from edgecap.export.verify import ParityData, _dataset_items
+
+    path = tmp_path / "dataset_coco.json"
+    doc = {"images": [{"filename": f"{i}.jpg", "split": split} for i, split in enumerate(("train", "val", "test"))]}
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(doc).encode())
+    found = ParityData(karpathy=path, images=None, features=None, label="training data")
+    assert [im["filename"] for im in _dataset_items(found, 2)] == ["1.jpg", "2.jpg"]  # held-out first
+    path.write_bytes(b'{"images": [{"filename": "caf\xe9.jpg"}]}')
+    with pytest.raises(EdgecapError, match=rf"^parity data {re.escape(str(path))}: not UTF-8 text \(byte 29\)$"):
+        _dataset_items(found, 2)

@@ -86,10 +86,20 @@ def test_malformed_manifest_names_the_field(copy, edit, field):
 
 def test_not_json_and_no_manifest(copy, tmp_path):
     (copy / "manifest.json").write_text("{oops")
-    with pytest.raises(ManifestError, match="not valid JSON"):
+    with pytest.raises(ManifestError, match=r"manifest\.json: invalid JSON at line 1: "):
+        Bundle.load(copy)
+    (copy / "manifest.json").write_bytes(b"{\n  \"format\": \"edgecap-bundle\",\n  \xff\n}")
+    with pytest.raises(ManifestError, match=r"manifest\.json: not UTF-8 text \(byte 34\)"):
         Bundle.load(copy)
     with pytest.raises(ManifestError, match="has no manifest.json"):
         Bundle.load(tmp_path)
+
+
+def test_a_manifest_saved_again_with_a_byte_order_mark_loads(copy):
+    # Notepad / PowerShell write UTF-8 with a BOM, which json.loads refuses
+    path = copy / "manifest.json"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert Bundle.load(copy).batch_size == BATCH
 
 
 def test_unlisted_files_are_never_opened(copy):

@@ -14,11 +14,11 @@ the output file are skipped, so an interrupted run continues where it stopped.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
+from edgecap.jsonio import read_json
 
 
 def add_arguments(parser) -> None:
@@ -62,10 +62,10 @@ def read_split_images(split_file: str | Path, images: str | Path, splits: set[st
     unknown = sorted(set(splits or ()) - set(FOLD))
     if unknown:
         raise EdgecapError(f"--splits {','.join(unknown)}: not a Karpathy split; expected {', '.join(FOLD)}")
-    try:
-        entries = json.loads(split_file.read_text(encoding="utf-8"))["images"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EdgecapError(f"split file {split_file} is not a Karpathy dataset_coco.json (no 'images' list)") from exc
+    doc = read_json(split_file, where=f"split file {split_file}")  # a byte order mark, bad bytes: one line
+    entries = doc.get("images") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise EdgecapError(f"split file {split_file} is not a Karpathy dataset_coco.json (no 'images' list)")
     if not images.is_dir():
         raise EdgecapError(f"image folder {images} does not exist")
     items, seen, missing = [], set(), []

@@ -24,7 +24,6 @@ how close they came.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -37,6 +36,7 @@ from edgecap.contract.beam import DecodeOptions, beam_search
 from edgecap.data.synth.dataset import is_world_of
 from edgecap.errors import EdgecapError
 from edgecap.export.specs.base import ExportSpec
+from edgecap.jsonio import read_json
 from edgecap.models.decoding import CachedStepper, generate
 from edgecap.runtime.session import Bundle
 
@@ -131,10 +131,10 @@ def find_parity_data(data: str = "", meta: dict | None = None,
 
 
 def _dataset_items(found: ParityData, n: int) -> list[dict]:
-    try:
-        images = json.loads(found.karpathy.read_text(encoding="utf-8")).get("images", [])
-    except (OSError, ValueError, AttributeError) as exc:
-        raise EdgecapError(f"parity data {found.karpathy}: not a readable Karpathy dataset JSON ({exc})") from None
+    doc = read_json(found.karpathy, where=f"parity data {found.karpathy}")
+    images = doc.get("images") if isinstance(doc, dict) else None
+    if not isinstance(images, list):
+        raise EdgecapError(f"parity data {found.karpathy}: not a Karpathy dataset JSON (no 'images' list)")
     if not found.any_split:  # held-out images first, training images only to fill up
         order = {"val": 0, "test": 1, "restval": 2, "train": 3}
         images = sorted((im for im in images if im.get("split") in order), key=lambda im: order[im["split"]])

@@ -12,7 +12,6 @@ Torch-free: stdlib only.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shlex
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap.errors import EdgecapError
+from edgecap.jsonio import read_json
 
 FORMAT = "edgecap-bundle"
 # 2: preprocessing gained `crop` and `resize_size` (an older runtime would squash a frame the
@@ -418,10 +418,10 @@ def read_manifest(bundle_dir: str | os.PathLike) -> Manifest:
     path = root / MANIFEST_NAME
     if not path.is_file():
         raise ManifestError(f"bundle {root} has no {MANIFEST_NAME} (export one with `edgecap export`)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{path}: not valid JSON ({exc})") from exc
+    try:  # a manifest saved again by an editor may carry a byte order mark (Notepad)
+        data = read_json(path)
+    except EdgecapError as exc:
+        raise ManifestError(str(exc)) from None
     return Manifest.from_dict(data, where=str(path))
 
 
