@@ -77,6 +77,17 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, desc="export", unit="step", disable=not enabled, file=sys.stderr, leave=False)
 
 
+def _check(path: Path, checks: dict, trt: bool, ranges: dict | None = None, run_polygraphy: bool = False) -> None:
+    """Record in the manifest's `checks` what TensorRT would make of the graph at `path`; when
+    building engines, refuse a graph it cannot build."""
+    from edgecap.export import compat
+
+    report = compat.check_file(path, ranges, run_polygraphy=run_polygraphy)
+    checks[path.name] = {"tensorrt_compatible": report.ok, "problems": report.problems}
+    if trt:
+        compat.require_compatible([report])
+
+
 def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progress: bool = True) -> ExportResult:
     checkpoint = Path(checkpoint)
     fmt = settings.format
@@ -96,7 +107,6 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
     # one of them is importing crosses C++ (nanobind) and aborts the process, skipping cleanup
     require("onnx", "train", "ONNX export")
     require("onnxruntime", "train", "the parity gate")
-    from edgecap.export import compat
     from edgecap.export.onnx import export_graph
     from edgecap.export.specs import spec_for
     from edgecap.export.verify import load_parity_inputs, parity_gate, require_parity
@@ -123,10 +133,7 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
         for g in graphs:
             bar.set_postfix_str(f"onnx {g.role}")
             infos[g.role] = export_graph(g, tmp / f"{g.role}.onnx", settings.opset, settings.exporter)
-            report = compat.check_file(tmp / f"{g.role}.onnx", ranges, run_polygraphy=trt)
-            checks[f"{g.role}.onnx"] = {"tensorrt_compatible": report.ok, "problems": report.problems}
-            if trt:
-                compat.require_compatible([report])
+            _check(tmp / f"{g.role}.onnx", checks, trt, ranges, run_polygraphy=trt)
             bar.update()
         data = {
             "format": FORMAT, "format_version": FORMAT_VERSION,
@@ -156,8 +163,9 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
 
         # 2. reduced precision: ONNX graphs rewritten in place (TensorRT builds from them)
         onnx_precision = settings.precision if not trt else ("int8" if settings.precision == "int8" and settings.int8_mode == "qdq" else "fp32")
+        onnx_quantize = "static" if trt else settings.quantize  # TensorRT builds int8 from static QDQ
         feeds = None
-        needs_feeds = (onnx_precision == "int8" and (trt or settings.quantize == "static")) or (
+        needs_feeds = (onnx_precision == "int8" and onnx_quantize == "static") or (
             trt and settings.precision == "int8" and settings.int8_mode == "calibrator")
         if needs_feeds:
             bar.set_postfix_str("calibration inputs")
@@ -167,22 +175,18 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
         if onnx_precision != "fp32":
             from edgecap.export.quantize import convert_fp16, graph_mode, quantize_int8
 
-            mode = "static" if trt else settings.quantize
             for entry in data["graphs"]:
                 path = tmp / entry["file"]
                 bar.set_postfix_str(f"{onnx_precision} {entry['role']}")
                 if onnx_precision == "fp16":
                     entry["precision"] = convert_fp16(path, path)
                 else:
-                    entry["precision"] = quantize_int8(path, path, graph_mode(mode, entry["role"]),
+                    entry["precision"] = quantize_int8(path, path, graph_mode(onnx_quantize, entry["role"]),
                                                        (feeds or {}).get(entry["role"]))
                 entry["sha256"] = sha256_file(path)
                 # the checks describe the graph the bundle holds: dynamic int8's integer MatMuls
                 # and weight-only's contrib ops are not TensorRT's
-                report = compat.check_file(path, run_polygraphy=False)
-                checks[entry["file"]] = {"tensorrt_compatible": report.ok, "problems": report.problems}
-                if trt:
-                    compat.require_compatible([report])
+                _check(path, checks, trt)
         # 3. TensorRT engines beside their ONNX source
         if trt:
             from edgecap.export.tensorrt import build_engine, engine_name
@@ -208,8 +212,7 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
             precision = settings.precision if engine == "tensorrt" else onnx_precision
             parity[engine] = parity_gate(spec, bundle, inputs, precision, vocab)
             if precision == "int8":  # which int8: onnxruntime's quantization or TensorRT's int8 mode
-                parity[engine]["quantize"] = (settings.int8_mode if engine == "tensorrt"
-                                              else "static" if trt else settings.quantize)
+                parity[engine]["quantize"] = settings.int8_mode if engine == "tensorrt" else onnx_quantize
             require_parity(parity[engine])
             bar.update()
         data["parity"] = parity

@@ -182,7 +182,7 @@ class WeightOnly:
     fp32 from the dequantized weights."""
 
     bits: int = 8
-    block_size: int = 128
+    block_size: int = 256
     accuracy_level: int = 4
 
     @property
@@ -190,7 +190,11 @@ class WeightOnly:
         return f"w{self.bits}-b{self.block_size}-a{self.accuracy_level}"
 
 
-def quantize_weight_only(src: Path, dst: Path, scheme: WeightOnly = WeightOnly()) -> str:
+# `--quantize weight-only`: 8 bits, blocks of 256 input rows, int8 compute (benchmarks/README.md)
+WEIGHT_ONLY = WeightOnly()
+
+
+def quantize_weight_only(src: Path, dst: Path, scheme: WeightOnly = WEIGHT_ONLY) -> str:
     """Write `src` with its linear layers as MatMulNBits to `dst`; -> the precision written
     ("int8", "int4", or "fp32" for a graph without linear layers)."""
     onnx = require("onnx", "train", "weight-only quantization")
@@ -223,10 +227,6 @@ def quantize_weight_only(src: Path, dst: Path, scheme: WeightOnly = WeightOnly()
         logging.getLogger().setLevel(level)
     onnx.save(quantizer.model.model, str(dst))
     return f"int{scheme.bits}"
-
-
-# `--quantize weight-only`: 8 bits, blocks of 256 input rows, int8 compute (benchmarks/README.md)
-WEIGHT_ONLY = WeightOnly(bits=8, block_size=256, accuracy_level=4)
 
 
 def graph_mode(mode: str, role: str) -> str:

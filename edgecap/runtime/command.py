@@ -204,7 +204,7 @@ def _check_config_relative(config, key: str, written: str, resolved: str) -> Non
     if here.is_absolute() or Path(resolved).exists() or not here.exists():
         return
     raise EdgecapError(f"--config {config}: {key} = {written!r} is relative to the config's folder, and "
-                       f"{resolved} does not exist ({Path(here).resolve()} does: write that path in the config)")
+                       f"{resolved} does not exist ({here.resolve()} does: write that path in the config)")
 
 
 def settings_from_args(args) -> RunSettings:
