@@ -8,8 +8,12 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.edgecap-installed
 PYTEST_ARGS ?=
+# Foxglove's JavaScript MCAP readers for tests/test_ros_foxglove.py, pinned by package-lock.json;
+# npm writes the stamp. Without npm the step says so and those tests skip.
+JS       := tests/js
+JS_STAMP := $(JS)/node_modules/.package-lock.json
 
-.PHONY: demo test install lint clean-venv
+.PHONY: demo test install js lint clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +26,17 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 
 install: $(STAMP)
 
+$(JS_STAMP): $(JS)/package.json $(JS)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd $(JS) && npm ci --prefer-offline --no-audit --no-fund --loglevel=error; \
+	else echo "make: npm not found: tests/test_ros_foxglove.py (Foxglove's readers) will skip" >&2; fi
+
+js: $(JS_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/edgecap demo
 
-test: $(STAMP)
+test: $(STAMP) $(JS_STAMP)
 	@$(PY) -m pytest $(PYTEST_ARGS); code=$$?; \
 	if [ $$code -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$code
 

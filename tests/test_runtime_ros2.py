@@ -94,3 +94,35 @@ def test_annotation_fields_build_into_message_objects_that_serialise():
     assert msg.texts[-1].text == "a cup on a table"
     raw = store.serialize_cdr(msg, ANNOTATIONS)
     assert store.deserialize_cdr(raw, ANNOTATIONS).points[0].outline_color.g == 1.0
+
+
+def test_annotations_build_for_a_foxglove_msgs_older_than_3_2_5():
+    """A robot with foxglove_msgs before 3.2.5 installed has no ImageAnnotations.timestamp and no
+    metadata lists: the node still publishes the boxes and texts (its classes stand in here as
+    rosbags classes made from the package's older field lists)."""
+    pytest.importorskip("rosbags")
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    from edgecap.ros.captions import (
+        ADDED_IN_3_2_5,
+        ANNOTATIONS,
+        FOXGLOVE_MSGS,
+        Box,
+        image_annotations,
+        to_ros,
+    )
+
+    store = get_typestore(Stores.LATEST)
+    for name, text in FOXGLOVE_MSGS.items():
+        if name != "foxglove_msgs/msg/KeyValuePair":
+            added = ADDED_IN_3_2_5.get(name, frozenset())
+            older = "".join(line + "\n" for line in text.splitlines()
+                            if line.rpartition(" ")[2] not in added)
+            store.register(get_types_from_msg(older, name))
+    assert "timestamp" not in store.types[ANNOTATIONS].__dataclass_fields__
+    fields = image_annotations(1_000_000_123, 64, [Box(1, 2, 10, 12, "cup", (0, 1, 0, 1))],
+                               "a cup on a table")
+    msg = to_ros(fields, ANNOTATIONS, lambda name: store.types[name])
+    back = store.deserialize_cdr(store.serialize_cdr(msg, ANNOTATIONS), ANNOTATIONS)
+    assert back.points[0].timestamp.nanosec == 123 and back.texts[-1].text == "a cup on a table"
+    assert not hasattr(back, "metadata") and not hasattr(back.texts[0], "metadata")

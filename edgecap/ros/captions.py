@@ -7,37 +7,53 @@ node:
                                                              by whether the caption names them,
                                                              and the caption as text
 
-Every message of one caption carries the captioned image's header stamp (annotations in their
+Every message of one caption carries the captioned image's header stamp (the annotations in their
 `timestamp` fields; the log writer also uses it for log time), so Foxglove draws the
 annotations on exactly the image they belong to.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from dataclasses import dataclass
 
 from .images import time_msg
 
-# foxglove_msgs/msg/* as in the foxglove_msgs ROS 2 package (comments left out).
+# foxglove_msgs/msg/* as in the foxglove_msgs ROS 2 package since 3.2.5 (March 2026; comments left
+# out): ImageAnnotations gained a `timestamp` first and every annotation type a trailing
+# `metadata` list. Field order is the CDR layout, so a node built against the installed package
+# decodes what `ros2 bag play` sends only when these lists are the package's exactly
+# (tests/test_ros_foxglove.py compares them with @foxglove/schemas' definitions).
 FOXGLOVE_MSGS = {
     "foxglove_msgs/msg/Point2": "float64 x\nfloat64 y\n",
     "foxglove_msgs/msg/Color": "float64 r\nfloat64 g\nfloat64 b\nfloat64 a\n",
+    "foxglove_msgs/msg/KeyValuePair": "string key\nstring value\n",
     "foxglove_msgs/msg/CircleAnnotation": (
         "builtin_interfaces/Time timestamp\nfoxglove_msgs/Point2 position\nfloat64 diameter\n"
-        "float64 thickness\nfoxglove_msgs/Color fill_color\nfoxglove_msgs/Color outline_color\n"),
+        "float64 thickness\nfoxglove_msgs/Color fill_color\nfoxglove_msgs/Color outline_color\n"
+        "foxglove_msgs/KeyValuePair[] metadata\n"),
     "foxglove_msgs/msg/PointsAnnotation": (
         "builtin_interfaces/Time timestamp\nuint8 UNKNOWN=0\nuint8 POINTS=1\nuint8 LINE_LOOP=2\n"
         "uint8 LINE_STRIP=3\nuint8 LINE_LIST=4\nuint8 type\nfoxglove_msgs/Point2[] points\n"
         "foxglove_msgs/Color outline_color\nfoxglove_msgs/Color[] outline_colors\n"
-        "foxglove_msgs/Color fill_color\nfloat64 thickness\n"),
+        "foxglove_msgs/Color fill_color\nfloat64 thickness\n"
+        "foxglove_msgs/KeyValuePair[] metadata\n"),
     "foxglove_msgs/msg/TextAnnotation": (
         "builtin_interfaces/Time timestamp\nfoxglove_msgs/Point2 position\nstring text\n"
-        "float64 font_size\nfoxglove_msgs/Color text_color\nfoxglove_msgs/Color background_color\n"),
+        "float64 font_size\nfoxglove_msgs/Color text_color\nfoxglove_msgs/Color background_color\n"
+        "foxglove_msgs/KeyValuePair[] metadata\n"),
     "foxglove_msgs/msg/ImageAnnotations": (
-        "foxglove_msgs/CircleAnnotation[] circles\nfoxglove_msgs/PointsAnnotation[] points\n"
-        "foxglove_msgs/TextAnnotation[] texts\n"),
+        "builtin_interfaces/Time timestamp\nfoxglove_msgs/CircleAnnotation[] circles\n"
+        "foxglove_msgs/PointsAnnotation[] points\nfoxglove_msgs/TextAnnotation[] texts\n"
+        "foxglove_msgs/KeyValuePair[] metadata\n"),
+}
+# What 3.2.5 added, per type: a robot with an older foxglove_msgs installed publishes without it.
+ADDED_IN_3_2_5 = {
+    "foxglove_msgs/msg/ImageAnnotations": frozenset({"timestamp", "metadata"}),
+    **{f"foxglove_msgs/msg/{kind}Annotation": frozenset({"metadata"})
+       for kind in ("Circle", "Points", "Text")},
 }
 
 STRING = "std_msgs/msg/String"
@@ -83,7 +99,7 @@ def _point(x: float, y: float) -> dict:
 
 def _text(stamp: dict, x: float, y: float, text: str, size: float, rgba, backdrop) -> dict:
     return {"timestamp": stamp, "position": _point(x, y), "text": text, "font_size": float(size),
-            "text_color": _color(rgba), "background_color": _color(backdrop)}
+            "text_color": _color(rgba), "background_color": _color(backdrop), "metadata": []}
 
 
 def image_annotations(stamp_ns: int, width: int, boxes: list[Box], caption: str | None) -> dict:
@@ -102,14 +118,15 @@ def image_annotations(stamp_ns: int, width: int, boxes: list[Box], caption: str 
                        "points": [_point(left, top), _point(right, top), _point(right, bottom),
                                   _point(left, bottom)],
                        "outline_color": _color(box.rgba), "outline_colors": [],
-                       "fill_color": _color(CLEAR), "thickness": float(box.thickness)})
+                       "fill_color": _color(CLEAR), "thickness": float(box.thickness),
+                       "metadata": []})
         texts.append(_text(stamp, left, max(top - 1, font), box.label, font * 0.8, box.rgba,
                            BACKDROP))
     if caption is not None:
         chars = max(16, int(width / (0.55 * font)))
         for i, line in enumerate(textwrap.wrap(caption or "(empty caption)", chars)):
             texts.append(_text(stamp, 2, font * (i + 1.2), line, font, WHITE, BACKDROP))
-    return {"circles": [], "points": points, "texts": texts}
+    return {"timestamp": stamp, "circles": [], "points": points, "texts": texts, "metadata": []}
 
 
 def caption_messages(stamp_ns: int, width: int, caption: str, record: dict,
@@ -136,12 +153,29 @@ def field_types(typename: str) -> dict[str, str]:
     return out
 
 
+def declared_fields(cls) -> set[str] | None:
+    """Field names of a message class: rclpy's generated classes list them, rosbags' are
+    dataclasses; None when the class does not say."""
+    listed = getattr(cls, "get_fields_and_field_types", None)
+    if listed is not None:
+        return set(listed())
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return None
+
+
 def to_ros(fields: dict, typename: str, message_class):
     """Message objects from the dicts above: `message_class(typename)` gives the class (rclpy's
-    generated ones on a robot, rosbags' in the tests); nested fields become nested messages."""
+    generated ones on a robot, rosbags' in the tests); nested fields become nested messages.
+    Fields foxglove_msgs 3.2.5 added are left out when the installed package predates them."""
+    cls = message_class(typename)
     nested = field_types(typename)
+    declared = declared_fields(cls)
+    newer = ADDED_IN_3_2_5.get(typename, frozenset())
     kwargs = {}
     for name, value in fields.items():
+        if name in newer and declared is not None and name not in declared:
+            continue
         sub = nested.get(name)
         if sub is None:
             kwargs[name] = value
@@ -149,4 +183,4 @@ def to_ros(fields: dict, typename: str, message_class):
             kwargs[name] = [to_ros(v, sub, message_class) for v in value]
         else:
             kwargs[name] = to_ros(value, sub, message_class)
-    return message_class(typename)(**kwargs)
+    return cls(**kwargs)
