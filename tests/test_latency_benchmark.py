@@ -20,9 +20,13 @@ def test_latency_quick_writes_table_csv_json_and_plots(tmp_path):
     assert rows[("smart", "torch")]["status"] == "ok"
     assert rows[("smart", "onnxruntime")]["status"] == "ok"
     assert rows[("smart", "onnxruntime")]["ratio_to_bound"] > 0
-    # the weight-only bundle: its own export (MatMulNBits step), bounded by one byte per weight
-    weight_only = rows[("smart", "onnxruntime-int8-wo")]
-    assert weight_only["status"] == "ok" and weight_only["step_bound_ms"] < rows[("smart", "onnxruntime")]["step_bound_ms"]
+    # the weight-only bundle: its own export (MatMulNBits step), bounded by one byte per weight;
+    # that lowers the bound only where moving the weights limits the step: when this machine's
+    # measured FLOP rate (a loaded machine) makes the tiny step compute-bound, the bounds are equal
+    weight_only, fp32 = rows[("smart", "onnxruntime-int8-wo")], rows[("smart", "onnxruntime")]
+    assert weight_only["status"] == "ok" and weight_only["step_bound_ms"] <= fp32["step_bound_ms"]
+    if fp32["step_bound_kind"] == "bandwidth":
+        assert weight_only["step_bound_ms"] < fp32["step_bound_ms"]
     assert "onnxruntime-int8-wo vs official" in (out / "latency.md").read_text()
     assert rows[("updown", "torch-nocache")]["status"] == "skipped"
     assert "tensorrt" in rows[("smart", "tensorrt")]["reason"] or rows[("smart", "tensorrt")]["status"] == "ok"
