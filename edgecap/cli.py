@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 
 from edgecap import __version__
@@ -53,6 +55,26 @@ def describe_actions(parser: argparse.ArgumentParser) -> None:
                 describe_actions(sub)
 
 
+def _stdout_closed() -> bool:
+    """True when standard output is a pipe whose reader has gone (`edgecap ... | head`)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    if not hasattr(select, "poll"):  # Windows: a broken pipe there is stdout's in practice
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-"):
@@ -73,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # SIGTERM (service managers, CI, `kill`) unwinds like Ctrl-C: temporaries are removed
         with terminate_as_interrupt():
-            return int(module.run(args) or 0)
+            code = int(module.run(args) or 0)
+            sys.stdout.flush()  # a pipe closed early fails here, not at interpreter exit
+            return code
     except EdgecapError as exc:
         print(f"edgecap {name}: error: {exc}", file=sys.stderr)
         return 1
@@ -83,6 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"edgecap {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `edgecap run ... | head`: the reader left, so stop as a Unix tool does on SIGPIPE,
+        # unwinding like Ctrl-C (files closed, temporaries removed), without a traceback.
+        if not _stdout_closed():
+            raise
+        _discard_stdout()
+        print(f"edgecap {name}: stopped: standard output was closed (the program reading it "
+              "exited)", file=sys.stderr)
+        return 128 + 13  # as a process killed by SIGPIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,4 +1,6 @@
-"""The CLI's command table: listing, unknown commands, `edgecap models`."""
+"""The CLI's command table: listing, unknown commands, `edgecap models`, a closed stdout."""
+
+import pytest
 
 
 def test_unknown_command_suggests_the_closest(run_cli):
@@ -83,3 +85,46 @@ def test_python_dash_m_edgecap_is_the_edgecap_command(python, tmp_path):
     assert done.stdout.startswith("edgecap ")
     done = subprocess.run([python, "-m", "edgecap", "modles"], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2 and "did you mean 'models'" in done.stderr
+
+
+def _with_closed_stdout(python, tmp_path, *argv):
+    """Run `python -m edgecap ARGV | head -0`: its standard output is a pipe nobody reads."""
+    import os
+    import subprocess
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([python, "-m", "edgecap", *map(str, argv)], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=300)
+    finally:
+        os.close(write_end)
+
+
+def test_a_closed_pipe_stops_the_command_in_one_line(python, tmp_path):
+    """`edgecap models | head -1` closes the pipe before Python's last flush: no traceback."""
+    done = _with_closed_stdout(python, tmp_path, "models")
+    assert done.returncode == 141
+    assert done.stderr.strip().splitlines() == [
+        "edgecap models: stopped: standard output was closed (the program reading it exited)"]
+
+
+def test_a_pipe_closed_while_captioning_stops_without_a_traceback(python, tmp_path):
+    """`edgecap caption CKPT FOLDER | head -3` used to end in a BrokenPipeError traceback."""
+    import cv2
+    import numpy as np
+
+    pytest.importorskip("torch")
+    from tests._export_util import save_tiny
+
+    ckpt = save_tiny(tmp_path / "cnn.pt", "smart-nomem", n_regions=16,
+                     visual={"kind": "cnn", "image_size": 16, "channels": [8, 24]})
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(3):
+        cv2.imwrite(str(folder / f"{i:06d}.png"), np.full((20, 24, 3), 40 * i, np.uint8))
+    done = _with_closed_stdout(python, tmp_path, "caption", ckpt, folder, "--batch", 1)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "edgecap caption: stopped: standard output was closed (the program reading it exited)")
