@@ -155,6 +155,16 @@ def test_no_matching_ids_is_a_one_line_error(acvr, tmp_path, capsys):
     assert "\n" not in err and "none of its 1 image ids is an ACVR frame" in err
 
 
+def test_chair_without_matching_ids_names_the_ids_it_expected(acvr, tmp_path, capsys):
+    """COCO-style results against ACVR ground truth: the error shows both kinds of id."""
+    preds = tmp_path / "p.json"
+    preds.write_text(json.dumps([{"image_id": 42, "caption": "a cup"}]))
+    assert main(["eval", "chair", "--captions", str(preds), "--acvr", str(acvr)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"none of its 1 image ids is an ACVR frame under {acvr}" in err
+    assert "expected ids like '000000/" in err and "first seen '000042'" in err
+
+
 def test_chair_on_acvr(acvr, captions, tmp_path, capsys):
     assert main(["eval", "chair", "--captions", str(captions[0]), "--acvr", str(acvr),
                  "--out", str(tmp_path)]) == 0

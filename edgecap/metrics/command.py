@@ -414,7 +414,10 @@ def run_chair(args) -> int:
         cap = read_captions(path, normalize=normalize)
         ids = [i for i in cap.captions if i in gt]
         if not ids:
-            raise EdgecapError(f"{path}: none of its image ids has ground-truth objects in the given source")
+            source = f"an ACVR frame under {args.acvr}" if args.acvr else f"an image of {args.instances}"
+            expected = f"expected ids like {next(iter(gt))!r}; " if gt else ""
+            raise EdgecapError(f"{path}: none of its {len(cap.captions)} image ids is {source} "
+                               f"({expected}first seen {next(iter(cap.captions))!r})")
         results = [chair.score(cap.captions[i], gt[i]) for i in ids]
         summary = summarize(results)
         summary["unknown_image_ids"] = len(cap.captions) - len(ids)
