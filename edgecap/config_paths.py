@@ -37,10 +37,11 @@ def from_run_start(value: str, started_in: str | os.PathLike | None) -> Path:
 
 
 def existing_from_run_start(value: str, started_in: str | os.PathLike | None, key: str,
-                            config: str | os.PathLike | None = None) -> Path:
+                            config: str | os.PathLike | None = None, source: str = "") -> Path:
     """`from_run_start`, or a one-line error naming the config key and where it was looked for;
     when the file is there relative to the `config` file instead, the error says so (a config
-    written next to its data), rather than taking it: the rule stays one rule."""
+    written next to its data), rather than taking it: the rule stays one rule. `source` says
+    where such a file comes from, for a reader who has never had it."""
     path = from_run_start(value, started_in)
     if path.exists():
         return path
@@ -52,4 +53,4 @@ def existing_from_run_start(value: str, started_in: str | os.PathLike | None, ke
         if beside is not None and beside.exists():
             where += (f"; {beside} exists beside the config: write that path, or start the run in "
                       f"{Path(config).parent}")
-    raise EdgecapError(f"{key} = {value!r}: {path} does not exist{where}")
+    raise EdgecapError(f"{key} = {value!r}: {path} does not exist{where}" + (f"; {source}" if source else ""))

@@ -117,3 +117,23 @@ def test_every_file_a_config_reads_follows_the_rule(tmp_path, monkeypatch):
     synth = tiny_config(tmp_path / "w").__dict__
     synth["data"].synth.dir = "worlds/w"
     assert TrainConfig(**synth).with_paths_from(started).data.synth.dir == str(started / "worlds" / "w")
+
+
+def test_the_shipped_coco_config_says_where_its_missing_data_comes_from(tmp_path, run_cli, monkeypatch):
+    """A new user runs `edgecap train --config configs/coco-smart.toml` before downloading COCO:
+    each missing file is named with where to get it, one at a time, nothing written."""
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "coco-smart.toml"
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("train", "--config", config, "--out", "runs/c", "--quiet")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "[data].karpathy = 'data/coco/dataset_coco.json'" in err
+    assert "Karpathy's split file, dataset_coco.json in caption_datasets.zip (docs/training.md#getting-coco)" in err
+    world = tmp_path / "data" / "coco"
+    world.mkdir(parents=True)
+    (world / "dataset_coco.json").write_text('{"images": [], "dataset": "coco"}')
+    code, _, err = run_cli("train", "--config", config, "--out", "runs/c", "--quiet")
+    assert code == 1 and "[data].features = 'data/coco/coco_detections.hdf5'" in err
+    assert "coco_detections.hdf5 as the meshed-memory-transformer README links it" in err
+    assert not (tmp_path / "runs").exists()

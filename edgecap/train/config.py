@@ -40,6 +40,17 @@ else:  # pragma: no cover
 SCHEDULES = ("noam", "warmup-constant-decay", "constant")
 OPTIMIZERS = ("adam", "adamw")
 BASELINES = ("mean", "greedy")
+# Where a reader who has never had them gets the files [data] names (docs/training.md#getting-coco).
+DATA_SOURCES = {
+    "[data].karpathy": "it is Karpathy's split file, dataset_coco.json in caption_datasets.zip "
+                       "(docs/training.md#getting-coco); `edgecap data synth` writes one for the "
+                       "synthetic world",
+    "[data].features": "region features in M2's layout: coco_detections.hdf5 as the "
+                       "meshed-memory-transformer README links it, or `edgecap features extract` "
+                       "from the images (docs/training.md#getting-coco)",
+    "[data].images": "COCO's train2014/ and val2014/ image folders from cocodataset.org "
+                     "(docs/training.md#getting-coco), or a synthetic world's images/",
+}
 
 
 @dataclass
@@ -174,7 +185,9 @@ class TrainConfig:
         config = self.source if self.source and Path(self.source).is_file() else None
 
         def existing(value: str, key: str) -> str:
-            return str(existing_from_run_start(value, started_in, f"{where}: {key}", config)) if value else value
+            if not value:
+                return value
+            return str(existing_from_run_start(value, started_in, f"{where}: {key}", config, DATA_SOURCES.get(key, "")))
 
         d = self.data
         synth = d.synth
