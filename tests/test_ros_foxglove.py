@@ -88,11 +88,13 @@ def read_in_foxglove(js, path) -> FoxgloveView:
     return FoxgloveView(node(js, path))
 
 
-def official_definitions(js, name):
-    """{type name: fields} of @foxglove/schemas' ROS 2 message `name` and every type it uses,
-    parsed by @foxglove/rosmsg (the top-level type under its full name)."""
-    (line,) = node(js, "--foxglove-ros2", name)
-    return _by_type(line["definitions"], line["name"])
+def official_definitions(js, names):
+    """{type name: definition} of @foxglove/schemas' ROS 2 messages `names` and every type they
+    use, parsed by @foxglove/rosmsg (each top-level type under its full name)."""
+    out = {}
+    for line in node(js, "--foxglove-ros2", *names):
+        out.update(_by_type(line["definitions"], line["name"]))
+    return out
 
 
 def _by_type(definitions, top):
@@ -133,9 +135,13 @@ def caption_log(tmp_path_factory):
     return out, [json.loads(line) for line in jsonl.read_text().splitlines()]
 
 
-def test_captions_decode_in_foxglove_at_the_image_times(foxglove_js, caption_log):
-    out, records = caption_log
-    view = read_in_foxglove(foxglove_js, out)
+@pytest.fixture(scope="module")
+def caption_view(foxglove_js, caption_log) -> FoxgloveView:
+    return read_in_foxglove(foxglove_js, caption_log[0])
+
+
+def test_captions_decode_in_foxglove_at_the_image_times(caption_log, caption_view):
+    records, view = caption_log[1], caption_view
     assert view.file["reader"] == "indexed" and view.file["profile"] == "ros2"
     assert {t: c["schemaName"] for t, c in view.channels.items()} == {
         "/edgecap/caption": "std_msgs/msg/String", "/edgecap/record": "std_msgs/msg/String",
@@ -144,16 +150,16 @@ def test_captions_decode_in_foxglove_at_the_image_times(foxglove_js, caption_log
     captions = view.messages["/edgecap/caption"]
     assert [m["message"]["data"] for m in captions] == [r["caption"] for r in records]
     assert all(m["message"]["data"].endswith(" cup") for m in captions)
-    for topic in view.channels:
+    for topic, channel in view.channels.items():
         assert [int(m["logTime"]) for m in view.messages[topic]] == log_times, topic
+        assert int(channel["messageCount"]) == 5, topic
         assert not any(m["trailingBytes"] for m in view.messages[topic]), topic
     assert [json.loads(m["message"]["data"]) for m in view.messages["/edgecap/record"]] == records
     assert [r["header_stamp_ns"] for r in records] == stamps
 
 
-def test_annotations_decode_in_foxglove_on_the_image_they_belong_to(foxglove_js, caption_log):
-    out, records = caption_log
-    annotations = read_in_foxglove(foxglove_js, out).messages["/edgecap/annotations"]
+def test_annotations_decode_in_foxglove_on_the_image_they_belong_to(caption_log, caption_view):
+    records, annotations = caption_log[1], caption_view.messages["/edgecap/annotations"]
     for stamp, record, logged in zip([f[0] for f in frames()], records, annotations, strict=True):
         msg = logged["message"]
         assert _ns(msg["timestamp"]) == stamp
@@ -171,16 +177,13 @@ def test_annotations_decode_in_foxglove_on_the_image_they_belong_to(foxglove_js,
         assert msg["circles"] == [] and msg["metadata"] == []
 
 
-def test_annotation_schema_is_foxgloves_own(foxglove_js, caption_log):
+def test_annotation_schema_is_foxgloves_own(foxglove_js, caption_view):
     """Every type of the annotations channel has exactly the fields (names, types, order) and
     constants of the ROS 2 definition @foxglove/schemas generates, so ros2 bag play into a
     node built against foxglove_msgs decodes the same bytes."""
-    out, _ = caption_log
-    channel = read_in_foxglove(foxglove_js, out).channels["/edgecap/annotations"]
+    channel = caption_view.channels["/edgecap/annotations"]
     ours = _by_type(channel["definitions"], "foxglove_msgs/msg/ImageAnnotations")
-    official = official_definitions(foxglove_js, "ImageAnnotations")
-    for name in ANNOTATION_TYPES[1:]:
-        official.update(official_definitions(foxglove_js, name))
+    official = official_definitions(foxglove_js, ANNOTATION_TYPES)
     for name, fields in ours.items():
         if name.startswith("foxglove_msgs/"):
             assert fields == official[name], name

@@ -9,12 +9,12 @@
 //     lines: one {"kind": "file"}, one {"kind": "channel"} per channel (with the parsed
 //     definitions), then one {"kind": "message"} per message in log-time order.
 //
-//   node read_mcap.mjs --foxglove-ros2 NAME
-//     The ROS 2 definition of the Foxglove schema NAME (e.g. ImageAnnotations) from
-//     @foxglove/schemas, parsed by @foxglove/rosmsg the same way, as one JSON line.
+//   node read_mcap.mjs --foxglove-ros2 NAME...
+//     The ROS 2 definition of each Foxglove schema NAME (e.g. ImageAnnotations) from
+//     @foxglove/schemas, parsed by @foxglove/rosmsg the same way, one JSON line each.
 //
 // JSON has no 64-bit integers or bytes: times are decimal strings of nanoseconds, uint8 arrays are
-// {"base64": ...}, other typed arrays plain arrays. Exit 1 with a one-line error on stderr.
+// {"base64": ...}, other typed arrays plain arrays, maps objects. Exit 1 with a one-line error on stderr.
 
 import { open } from "node:fs/promises";
 
@@ -31,6 +31,9 @@ function toJson(value) {
   }
   if (value instanceof Uint8Array) {
     return { base64: Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString("base64") };
+  }
+  if (value instanceof Map) {
+    return Object.fromEntries(Array.from(value, ([k, v]) => [String(k), toJson(v)]));
   }
   if (ArrayBuffer.isView(value)) {
     return Array.from(value, toJson);
@@ -118,6 +121,8 @@ async function readLog(path) {
       emit({
         kind: "channel",
         topic: channel.topic,
+        // what the summary's statistics count for it (Foxglove's topic list, ros2 bag info)
+        messageCount: indexed?.statistics?.channelMessageCounts.get(channel.id) ?? null,
         schemaName: schema.name,
         schemaEncoding: schema.encoding,
         messageEncoding: channel.messageEncoding,
@@ -165,26 +170,29 @@ async function readLog(path) {
   }
 }
 
-async function foxgloveRos2(name) {
+async function foxgloveRos2(names) {
   const { foxgloveMessageSchemas, generateRosMsgMergedSchema } = await import(
     "@foxglove/schemas/internal.js"
   );
-  const schema = foxgloveMessageSchemas[name];
-  if (schema === undefined) {
-    throw new Error(`@foxglove/schemas has no schema ${name}`);
+  for (const name of names) {
+    const schema = foxgloveMessageSchemas[name];
+    if (schema === undefined) {
+      throw new Error(`@foxglove/schemas has no schema ${name}`);
+    }
+    const text = generateRosMsgMergedSchema(schema, { rosVersion: 2 });
+    emit({ kind: "schema", name: `foxglove_msgs/msg/${name}`,
+           definitions: describe(parse(text, { ros2: true })) });
   }
-  const text = generateRosMsgMergedSchema(schema, { rosVersion: 2 });
-  emit({ kind: "schema", name: `foxglove_msgs/msg/${name}`, definitions: describe(parse(text, { ros2: true })) });
 }
 
 const args = process.argv.slice(2);
 try {
-  if (args.length === 2 && args[0] === "--foxglove-ros2") {
-    await foxgloveRos2(args[1]);
+  if (args.length >= 2 && args[0] === "--foxglove-ros2") {
+    await foxgloveRos2(args.slice(1));
   } else if (args.length === 1) {
     await readLog(args[0]);
   } else {
-    throw new Error("usage: read_mcap.mjs LOG.mcap | --foxglove-ros2 NAME");
+    throw new Error("usage: read_mcap.mjs LOG.mcap | --foxglove-ros2 NAME...");
   }
 } catch (error) {
   process.stderr.write(`read_mcap.mjs: ${String(error.message ?? error).split("\n")[0]}\n`);
