@@ -254,7 +254,9 @@ def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_pa
         return {"version": "10.0", "gpu": "test", "compute_capability": "8.7", "workspace_mb": 1, "int8_mode": ""}
 
     monkeypatch.setattr(tensorrt, "build_engine", fake_engine)
-    monkeypatch.setitem(sys.modules, "tensorrt", types.ModuleType("tensorrt"))  # importable, never called
+    fake_trt = types.ModuleType("tensorrt")  # importable, a supported release, never called
+    fake_trt.__version__ = "10.3.0"
+    monkeypatch.setitem(sys.modules, "tensorrt", fake_trt)
     monkeypatch.setattr(rebuild, "compare_engines", lambda *a: {"passed": True, "beam_identical": 1.0})
     rebuilt = tmp_path / "rebuilt"
     rebuild.rebuild_engines(tmp_path / "bundle", resolve_settings({"engine": "trt", "out": str(rebuilt)}))

@@ -95,7 +95,12 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
         from edgecap.export.rebuild import rebuild_engines
 
         return rebuild_engines(checkpoint, settings, progress)
-    if fmt.requires != "onnxruntime":
+    if fmt.name == "trt":  # a missing or unsupported TensorRT, said before any work
+        from edgecap.export.tensorrt import require_int8_mode
+        from edgecap.runtime.engines import tensorrt_module
+
+        require_int8_mode(tensorrt_module("--engine trt"), settings.int8_mode if settings.precision == "int8" else "qdq")
+    elif fmt.requires != "onnxruntime":
         require(fmt.requires, fmt.extra, f"--engine {fmt.name}")
     out = Path(settings.out) if settings.out else default_out(checkpoint, settings)
     check_writable(out, settings.force, "" if settings.out else " (the default beside the checkpoint; choose one with --out DIR)")
@@ -161,12 +166,13 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
         _write_manifest(tmp, data)
         np_batches = [tuple(x.numpy() for x in b) for b in inputs.batches]
 
-        # 2. reduced precision: ONNX graphs rewritten in place (TensorRT builds from them)
-        onnx_precision = settings.precision if not trt else ("int8" if settings.precision == "int8" and settings.int8_mode == "qdq" else "fp32")
+        # 2. reduced precision: ONNX graphs rewritten in place. TensorRT builds strongly typed
+        # engines from them at their own precision; only its calibrator builds int8 from fp32
+        calibrated = trt and settings.precision == "int8" and settings.int8_mode == "calibrator"
+        onnx_precision = "fp32" if calibrated else settings.precision
         onnx_quantize = "static" if trt else settings.quantize  # TensorRT builds int8 from static QDQ
         feeds = None
-        needs_feeds = (onnx_precision == "int8" and onnx_quantize == "static") or (
-            trt and settings.precision == "int8" and settings.int8_mode == "calibrator")
+        needs_feeds = (onnx_precision == "int8" and onnx_quantize == "static") or calibrated
         if needs_feeds:
             bar.set_postfix_str("calibration inputs")
             from edgecap.export.calibration import record_feeds

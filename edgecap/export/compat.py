@@ -3,7 +3,13 @@
 Run on every exported ONNX graph before a TensorRT build and in the tests:
 - every graph input, output and (after shape inference) intermediate tensor has a static shape;
 - no control flow (If, Loop, Scan) and no op whose output shape depends on data (NonZero, ...);
-- every op is one the TensorRT ONNX parser implements (list below, TensorRT 10 operators.md);
+- every op is one the TensorRT ONNX parser implements in every supported release (the list
+  below: onnx-tensorrt's docs/operators.md for TensorRT 10.0, the oldest supported; 10.15 and
+  11 add ops such as Attention and RMSNormalization that 10.0-10.3, JetPack 6's, cannot parse);
+- the default-domain opset is one TensorRT 10.0 parses (9-20);
+- quantization is TensorRT's: Quantize/DequantizeLinear with int8 values and all-zero zero
+  points (the parser refuses others), no onnxruntime integer ops (MatMulInteger,
+  DynamicQuantizeLinear, ...: dynamic int8);
 - only dtypes TensorRT carries (no float64, strings, complex);
 - no onnxruntime contrib ops (domain com.microsoft, e.g. the MatMulNBits of weight-only int8):
   the TensorRT ONNX parser implements the standard domain only, and ONNX shape inference
@@ -19,12 +25,17 @@ from pathlib import Path
 
 from edgecap.errors import EdgecapError, require
 
+# TensorRT parses If / Loop / Scan, but an exported captioning graph is straight-line by design
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 DATA_DEPENDENT = {"NonZero", "Unique", "NonMaxSuppression", "Compress", "StringNormalizer", "Multinomial"}
 
-# ONNX ops the TensorRT 10 ONNX parser supports (onnx-tensorrt docs/operators.md), as far as
-# captioning graphs can use them.
+# ONNX ops the TensorRT 10.0 ONNX parser supports (onnx-tensorrt docs/operators.md of 10.0;
+# every one is still supported in 10.15), less control flow, data-dependent shapes and the
+# random generators (a seeded parity gate cannot hold for them)
 TENSORRT_OPS = {
+    "CastLike", "GRU", "GlobalLpPool", "GridSample", "Hardmax", "ImageScaler", "LSTM", "LpNormalization",
+    "LpPool", "MeanVarianceNormalization", "Mish", "ReverseSequence", "RoiAlign", "ScaledTanh", "Scatter",
+    "Upsample",
     "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh",
     "AveragePool", "BatchNormalization", "Cast", "Ceil", "Celu", "Clip", "Concat", "Constant",
     "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum", "DequantizeLinear",
@@ -43,6 +54,12 @@ TENSORRT_OPS = {
 }
 CONTRIB_DOMAIN = "com.microsoft"
 CONTRIB_HINTS = {f"{CONTRIB_DOMAIN}::MatMulNBits": " (weight-only int8: --quantize weight-only)"}
+# onnxruntime's integer ops, which TensorRT does not parse: it builds int8 from Q/DQ pairs
+INTEGER_OP_HINT = (" (onnxruntime's dynamic int8; TensorRT builds int8 from QDQ graphs: "
+                   "--engine trt --precision int8)")
+INTEGER_OPS = {"MatMulInteger", "DynamicQuantizeLinear", "ConvInteger", "QLinearMatMul", "QLinearConv"}
+OPSETS = (9, 20)  # the default-domain opsets TensorRT 10.0's parser reads (10.15: 9-24)
+QDQ_OPS = {"QuantizeLinear": 2, "DequantizeLinear": 2}  # op -> the zero point's input index
 # TensorRT 10 carries these element types (int64 natively since 10.0)
 TENSORRT_DTYPES = {1: "float32", 10: "float16", 16: "bfloat16", 7: "int64", 6: "int32", 9: "bool", 3: "int8", 2: "uint8"}
 
@@ -71,6 +88,31 @@ def _walk_nodes(graph):
                 yield from _walk_nodes(attr.g)
 
 
+def _qdq_problems(graph) -> list[str]:
+    """TensorRT's explicit quantization is symmetric int8: a Q/DQ zero point must be an int8
+    constant of zeros (onnxruntime's default static QDQ, asymmetric uint8, is refused)."""
+    from onnx import TensorProto, numpy_helper
+
+    constants = {i.name: i for i in graph.initializer}
+    constants.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
+                      for a in n.attribute if a.name == "value"})
+    problems = []
+    for node in graph.node:
+        index = QDQ_OPS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if index is None or len(node.input) <= index or not node.input[index]:
+            continue
+        zero = constants.get(node.input[index])
+        if zero is None:
+            problems.append(f"{node.op_type} {node.name!r}: zero point {node.input[index]!r} is not a constant")
+        elif zero.data_type != TensorProto.INT8:
+            problems.append(f"{node.op_type} {node.name!r}: zero point is {TensorProto.DataType.Name(zero.data_type)}, "
+                            "TensorRT quantizes to INT8 only")
+        elif numpy_helper.to_array(zero).any():
+            problems.append(f"{node.op_type} {node.name!r}: non-zero zero point (asymmetric quantization; "
+                            "TensorRT needs symmetric)")
+    return problems[:3] + ([f"... {len(problems) - 3} more Q/DQ nodes like these"] if len(problems) > 3 else [])
+
+
 def check_graph(model, name: str = "graph") -> CompatReport:
     """Static checks on an onnx.ModelProto."""
     onnx = require("onnx", "train", "ONNX compatibility checks")
@@ -80,7 +122,7 @@ def check_graph(model, name: str = "graph") -> CompatReport:
         ops.add(node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}")
     report.ops = sorted(ops)
     for op in sorted(ops & CONTROL_FLOW):
-        report.problems.append(f"control flow op {op} (TensorRT needs a straight-line graph)")
+        report.problems.append(f"control flow op {op} (exported graphs are straight-line: one static engine each)")
     for op in sorted(ops & DATA_DEPENDENT):
         report.problems.append(f"op {op} has a data-dependent output shape")
     contrib = sorted(op for op in ops if op.startswith(f"{CONTRIB_DOMAIN}::"))
@@ -88,7 +130,12 @@ def check_graph(model, name: str = "graph") -> CompatReport:
         report.problems.append(f"op {op} is an onnxruntime contrib op{CONTRIB_HINTS.get(op, '')} "
                                "that the TensorRT ONNX parser does not implement")
     for op in sorted(ops - TENSORRT_OPS - CONTROL_FLOW - DATA_DEPENDENT - set(contrib)):
-        report.problems.append(f"op {op} is not supported by the TensorRT ONNX parser")
+        hint = INTEGER_OP_HINT if op in INTEGER_OPS else ""
+        report.problems.append(f"op {op} is not supported by the TensorRT ONNX parser{hint}")
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is not None and not OPSETS[0] <= opset <= OPSETS[1]:
+        report.problems.append(f"opset {opset}: TensorRT 10.0's ONNX parser reads opsets {OPSETS[0]}-{OPSETS[1]}")
+    report.problems += _qdq_problems(model.graph)
     if contrib:
         return report  # shape inference stops at ops it does not know: every later shape looks dynamic
 

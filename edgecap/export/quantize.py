@@ -237,11 +237,18 @@ def graph_mode(mode: str, role: str) -> str:
     return "dynamic" if mode == "weight-only" and role != "decoder_step" else mode
 
 
+# kept fp32 in an fp16 graph: a LayerNorm's variance over a ViT-L's 1024 residual channels, some
+# of them outliers, overflows fp16's 65504; TensorRT builds its fp16 engines from this graph
+FP32_OPS = ("LayerNormalization", "GroupNormalization", "InstanceNormalization")
+
+
 def convert_fp16(src: Path, dst: Path) -> str:
+    """The graph in fp16, its inputs and outputs and every normalisation op kept fp32."""
     require("onnx", "train", "fp16 conversion")
     import onnx
-    from onnxruntime.transformers.float16 import convert_float_to_float16
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
-    model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+    model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True,
+                                     op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FP32_OPS])
     onnx.save(model, str(dst))
     return "fp16"

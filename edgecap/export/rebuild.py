@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.contract.beam import DecodeOptions
-from edgecap.errors import EdgecapError, require
+from edgecap.errors import EdgecapError
 from edgecap.export import compat
 from edgecap.io import BUNDLE, atomic_dir
+from edgecap.runtime.engines import tensorrt_module
 from edgecap.runtime.manifest import MANIFEST_NAME, Manifest, load_manifest
 
 
@@ -72,6 +73,25 @@ def require_buildable(bundle_dir: Path, files: list[str]) -> None:
                            "are built from fp32 or static-QDQ graphs: export the checkpoint with --engine trt")
 
 
+def rebuilt_precision(bundle_dir: Path, graphs: list[dict], asked: str) -> str:
+    """The precision the rebuilt engines compute in: their ONNX graphs' own (TensorRT builds
+    strongly typed engines), which must be what the engines they replace were; -> the lowest
+    of them, for the report. `asked` is --precision: fp32 (the default) or the graphs' one."""
+    sources = {g["role"]: g["precision"] for g in graphs if g["engine"] == "onnxruntime"}
+    held = sorted(set(sources.values()))
+    if asked != "fp32" and asked not in held:
+        raise EdgecapError(f"the ONNX graphs in {bundle_dir} are {'/'.join(held)}: rebuilt engines keep their "
+                           f"graphs' precision; for {asked} engines export the checkpoint with --engine trt "
+                           f"--precision {asked}")
+    for g in graphs:
+        if g["engine"] == "tensorrt" and g["precision"] != sources.get(g["role"], g["precision"]):
+            raise EdgecapError(f"{bundle_dir}: engine {g['file']} is {g['precision']} but its ONNX graph is "
+                               f"{sources[g['role']]} (TensorRT lowered the precision itself, which TensorRT 11 "
+                               f"no longer does); export the checkpoint again with --engine trt --precision "
+                               f"{g['precision']}")
+    return next((p for p in ("int8", "fp16") if p in held), "fp32")
+
+
 def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
     from edgecap.export.bundle import ExportResult, _graph_entry, _write_manifest
     from edgecap.export.tensorrt import build_engine, engine_name
@@ -87,7 +107,8 @@ def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
     data = manifest.to_dict()
     sources = [g for g in data["graphs"] if g["engine"] == "onnxruntime"]
     require_buildable(bundle_dir, [g["file"] for g in sources])
-    require("tensorrt", "trt", "--engine trt")
+    precision = rebuilt_precision(bundle_dir, data["graphs"], settings.precision)
+    tensorrt_module("--engine trt")
     engines = {g["file"] for g in data["graphs"] if g["engine"] == "tensorrt"}
     with atomic_dir(out, BUNDLE, force=settings.force) as tmp:
         # everything but the old engines: the graphs and a RA-T bundle's retrieval assets
@@ -98,12 +119,12 @@ def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
         cache = Path(settings.timing_cache) if settings.timing_cache else None
         for g in sources:
             rows = manifest.batch_size * (manifest.beam_size if g["role"] == "decoder_step" else 1)
-            name = engine_name(g["role"], rows, settings.precision)
-            info = build_engine(tmp / g["file"], tmp / name, settings.precision, settings.workspace, cache, "qdq")
-            data["graphs"].append(_graph_entry(g["role"], name, tmp, "tensorrt", settings.precision, g,
+            name = engine_name(g["role"], rows, g["precision"])
+            info = build_engine(tmp / g["file"], tmp / name, g["precision"], settings.workspace, cache, "qdq")
+            data["graphs"].append(_graph_entry(g["role"], name, tmp, "tensorrt", g["precision"], g,
                                                source=g["file"], tensorrt=info))
         _write_manifest(tmp, data)
-        report = compare_engines(tmp, settings.samples, settings.precision)
+        report = compare_engines(tmp, settings.samples, precision)
         if not report["passed"]:
             raise EdgecapError(f"rebuilt fp32 engines caption differently from the ONNX graphs "
                                f"({report['beam_identical']:.0%} identical); bundle left unchanged")

@@ -14,6 +14,7 @@ and cuda-python are imported only when an engine is opened.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -197,10 +198,28 @@ def check_bound(entry: GraphEntry, inputs: dict[str, np.ndarray], outputs: list[
 
 
 # -- TensorRT -----------------------------------------------------------------------------------
+SUPPORTED_TENSORRT = (10, 11)  # majors whose Python API the engine code was checked against (docs/export.md)
+
+
+def tensorrt_major(version: str) -> int:
+    match = re.match(r"(\d+)\.", str(version))
+    return int(match.group(1)) if match else -1
+
+
+def tensorrt_module(purpose: str):
+    """The installed `tensorrt`, if it is a major edgecap supports; else a one-line error."""
+    trt = require("tensorrt", "trt", purpose)
+    version = getattr(trt, "__version__", "unknown")
+    if tensorrt_major(version) not in SUPPORTED_TENSORRT:
+        raise EdgecapError(f"TensorRT {version} is not supported ({purpose}): edgecap builds and runs engines "
+                           f"with TensorRT 10.x or 11.x (pip install \"tensorrt>=10,<12\")")
+    return trt
+
+
 def _cudart():
-    """cuda-python's runtime module (new and old import paths)."""
+    """cuda-python's runtime module (cuda-bindings >= 12.6; older cuda-python as cuda.cudart)."""
     try:
-        from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
+        from cuda.bindings import runtime as cudart
     except ImportError:
         cudart = require("cuda.cudart", "trt", "CUDA memory for TensorRT engines")
     return cudart
@@ -209,7 +228,9 @@ def _cudart():
 def _check(result, what: str):
     err, *rest = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
-        raise EdgecapError(f"CUDA error {err} during {what}")
+        name = getattr(err, "name", str(err))
+        hint = " (no usable NVIDIA GPU or driver on this machine)" if "Driver" in name or "NoDevice" in name else ""
+        raise EdgecapError(f"CUDA error {name} during {what}{hint}")
     return rest[0] if len(rest) == 1 else rest
 
 
@@ -230,7 +251,7 @@ def rebuild_hint(bundle_dir: Path) -> str:
 
 def check_engine_compatible(entry: GraphEntry, bundle_dir: Path) -> None:
     """Refuse an engine built by another TensorRT version or for another GPU architecture."""
-    trt = require("tensorrt", "trt", "native TensorRT engines")
+    trt = tensorrt_module("native TensorRT engines")
     info = entry.tensorrt
     if info.version != trt.__version__:
         raise ManifestError(
@@ -245,12 +266,42 @@ def check_engine_compatible(entry: GraphEntry, bundle_dir: Path) -> None:
         )
 
 
+# TensorRT's DataType member names -> the manifest's dtypes
+_TRT_DTYPES = {"FLOAT": "float32", "HALF": "float16", "INT64": "int64", "INT32": "int32", "BOOL": "bool",
+               "INT8": "int8", "UINT8": "uint8", "BF16": "bfloat16"}
+
+
+def check_engine_io(trt, engine, entry: GraphEntry, path: Path) -> None:
+    """The engine's I/O tensors must be the ones its manifest entry lists (name, direction,
+    dtype, shape): the runner binds one device buffer per listed tensor, sized from the
+    manifest, so an engine from another graph would read and write past them."""
+    tensors = {}
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        mode = "input" if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else "output"
+        dtype = engine.get_tensor_dtype(name)
+        tensors[name] = (mode, _TRT_DTYPES.get(dtype.name, dtype.name), [int(d) for d in engine.get_tensor_shape(name)])
+    for kind, listed in (("input", entry.inputs), ("output", entry.outputs)):
+        for spec in listed:
+            if spec.name not in tensors:
+                raise ManifestError(f"{path}: the engine has no {kind} {spec.name!r} that manifest.json lists "
+                                    f"(its tensors: {', '.join(tensors)}); the file does not belong to this bundle")
+            mode, dtype, shape = tensors[spec.name]
+            if (mode, dtype, shape) != (kind, spec.dtype, spec.shape):
+                raise ManifestError(f"{path}: {spec.name!r} is the engine's {mode}, {dtype} {shape}; manifest.json "
+                                    f"says {kind} {spec.dtype} {spec.shape}; the file does not belong to this bundle")
+    extra = sorted(set(tensors) - {t.name for t in entry.inputs + entry.outputs})
+    if extra:
+        raise ManifestError(f"{path}: the engine has {tensors[extra[0]][0]} {extra[0]!r}, which manifest.json does "
+                            f"not list; the file does not belong to this bundle")
+
+
 class TrtGraph:
     """One deserialised engine with device buffers allocated once (static shapes)."""
 
     def __init__(self, path: Path, entry: GraphEntry, bundle_dir: Path):
         check_engine_compatible(entry, bundle_dir)
-        trt = require("tensorrt", "trt", "native TensorRT engines")
+        trt = tensorrt_module("native TensorRT engines")
         self.cudart = cudart = _cudart()
         self.entry = entry
         self.logger = trt.Logger(trt.Logger.WARNING)
@@ -258,15 +309,16 @@ class TrtGraph:
         self.engine = self.runtime.deserialize_cuda_engine(path.read_bytes())
         if self.engine is None:
             raise ManifestError(f"TensorRT cannot deserialise {path}; " + rebuild_hint(bundle_dir))
+        check_engine_io(trt, self.engine, entry, path)
         self.context = self.engine.create_execution_context()
-        self.stream = _check(cudart.cudaStreamCreate(), "cudaStreamCreate")
+        # the stream as an integer handle: execute_async_v3 takes `stream_handle: int`
+        self.stream = int(_check(cudart.cudaStreamCreate(), "cudaStreamCreate"))
         self.buffers: dict[str, int] = {}
-        self.nbytes: dict[str, int] = {}
         for spec in entry.inputs + entry.outputs:
             nbytes = max(1, int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize)
-            ptr = _check(cudart.cudaMalloc(nbytes), "cudaMalloc")
-            self.buffers[spec.name], self.nbytes[spec.name] = int(ptr), nbytes
-            self.context.set_tensor_address(spec.name, int(ptr))
+            self.buffers[spec.name] = int(_check(cudart.cudaMalloc(nbytes), "cudaMalloc"))
+            if not self.context.set_tensor_address(spec.name, self.buffers[spec.name]):
+                raise EdgecapError(f"TensorRT refused the device buffer for {spec.name!r} of {path.name}")
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         outputs = [np.empty(t.shape, np.dtype(t.dtype)) for t in self.entry.outputs]
@@ -285,7 +337,7 @@ class TrtGraph:
             _check(cudart.cudaMemcpyAsync(self.buffers[name], value.ctypes.data, value.nbytes, h2d, self.stream), "copy in")
         if not self.context.execute_async_v3(self.stream):
             raise EdgecapError(f"TensorRT failed to run {self.entry.file}")
-        for spec, dst in zip(self.entry.outputs, outputs, strict=False):
+        for spec, dst in zip(self.entry.outputs, outputs, strict=True):
             _check(cudart.cudaMemcpyAsync(dst.ctypes.data, self.buffers[spec.name], dst.nbytes, d2h, self.stream), "copy out")
         _check(cudart.cudaStreamSynchronize(self.stream), "cudaStreamSynchronize")
 
@@ -293,3 +345,5 @@ class TrtGraph:
         cudart = getattr(self, "cudart", None)
         for ptr in getattr(self, "buffers", {}).values():
             cudart.cudaFree(ptr)
+        if getattr(self, "stream", None) is not None:
+            cudart.cudaStreamDestroy(self.stream)
