@@ -271,6 +271,7 @@ def test_fp16_graphs_keep_layer_norm_in_fp32(tmp_path):
     path = tmp_path / "ln.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
     assert convert_fp16(path, path) == "fp16"
+    onnx.checker.check_model(onnx.load(str(path)), full_check=True)  # topologically sorted, types agree
     model = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
     types_ = {v.name: v.type.tensor_type.elem_type for v in list(model.graph.value_info) + list(model.graph.output)}
     ln = next(n for n in model.graph.node if n.op_type == "LayerNormalization")
@@ -297,3 +298,14 @@ def test_rebuilt_engines_keep_their_graphs_precision():
     with pytest.raises(EdgecapError, match=r"engine encoder.b1.fp16.engine is fp16 but its ONNX graph is fp32 .*"
                                            r"export the checkpoint again with --engine trt --precision fp16"):
         rebuilt_precision(Path("b"), graphs, "fp32")
+
+
+def test_a_graph_shape_inference_rejects_is_a_problem_not_a_crash():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    wrong = helper.make_tensor_value_info("h", TensorProto.FLOAT16, [2])  # Relu of float is float
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+                              "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              value_info=[wrong])
+    report = check_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    assert not report.ok and report.problems[0].startswith("ONNX shape inference fails: ")
+    assert "Inferred elem type differs" in report.problems[0]

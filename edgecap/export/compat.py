@@ -139,7 +139,11 @@ def check_graph(model, name: str = "graph") -> CompatReport:
     if contrib:
         return report  # shape inference stops at ops it does not know: every later shape looks dynamic
 
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError as exc:  # an invalid graph is a finding, not a crash
+        report.problems.append(f"ONNX shape inference fails: {str(exc).strip().splitlines()[0][:200]}")
+        return report
     g = inferred.graph
     initialisers = {i.name for i in g.initializer}
     for kind, values in (("input", g.input), ("output", g.output), ("tensor", g.value_info)):

@@ -246,9 +246,17 @@ def convert_fp16(src: Path, dst: Path) -> str:
     """The graph in fp16, its inputs and outputs and every normalisation op kept fp32."""
     require("onnx", "train", "fp16 conversion")
     import onnx
+    import onnx_ir  # onnxscript's IR, installed with it
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
-    model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True,
-                                     op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FP32_OPS])
+    converted = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True,
+                                         op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FP32_OPS])
+    # The converter appends its Casts at the end of the node list, which the ONNX spec (and
+    # onnx.checker) refuses, and leaves value_info that disagrees with the casts around the ops
+    # it kept fp32: nodes sorted, the stale type hints dropped (shape inference rebuilds them).
+    ir_model = onnx_ir.from_proto(converted)
+    ir_model.graph.sort()
+    model = onnx_ir.to_proto(ir_model)
+    del model.graph.value_info[:]
     onnx.save(model, str(dst))
     return "fp16"
