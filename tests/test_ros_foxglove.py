@@ -105,6 +105,18 @@ def _by_type(definitions, top):
             for d in definitions}
 
 
+def assert_ros2_profile_metadata(channel):
+    """The channel metadata the MCAP `ros2` profile asks for, as Foxglove's reader hands it
+    over (its topic list and Problems panel see these): one reliable, volatile offer."""
+    from ruamel.yaml import YAML
+
+    metadata = channel["metadata"]
+    assert set(metadata) == {"offered_qos_profiles", "topic_type_hash"}, channel["topic"]
+    (offer,) = YAML(typ="safe").load(metadata["offered_qos_profiles"])
+    assert (offer["reliability"], offer["durability"]) == (1, 2), channel["topic"]
+    assert metadata["topic_type_hash"].startswith("RIHS01_"), channel["topic"]
+
+
 def _ns(time):
     return time["sec"] * 1_000_000_000 + time["nanosec"]
 
@@ -154,6 +166,7 @@ def test_captions_decode_in_foxglove_at_the_image_times(caption_log, caption_vie
         assert [int(m["logTime"]) for m in view.messages[topic]] == log_times, topic
         assert int(channel["messageCount"]) == 5, topic
         assert not any(m["trailingBytes"] for m in view.messages[topic]), topic
+        assert_ros2_profile_metadata(channel)
     assert [json.loads(m["message"]["data"]) for m in view.messages["/edgecap/record"]] == records
     assert [r["header_stamp_ns"] for r in records] == stamps
 
@@ -206,6 +219,8 @@ def test_synth_camera_log_decodes_in_foxglove_as_image_and_camera_info(foxglove_
     assert {t: c["schemaName"] for t, c in view.channels.items()} == {
         "/camera/image_raw": "sensor_msgs/msg/Image",
         "/camera/camera_info": "sensor_msgs/msg/CameraInfo"}
+    for channel in view.channels.values():
+        assert_ros2_profile_metadata(channel)
     images, infos = view.messages["/camera/image_raw"], view.messages["/camera/camera_info"]
     assert len(images) == len(infos) == 6
     world = TabletopWorld(0, 32, 15.0)

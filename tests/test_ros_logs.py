@@ -282,7 +282,7 @@ def test_realtime_replay_releases_frames_at_their_recorded_times(tmp_path):
 
 
 def _read_caption_log(path):
-    """topic -> [(log time, message)] with rosbags (the log was written by mcap-ros2-support)."""
+    """topic -> [(log time, message)] with rosbags (the log was written by edgecap)."""
     out = {}
     with AnyReader([Path(path)]) as reader:
         for conn, log_time, raw in reader.messages():

@@ -14,6 +14,12 @@ run stopped by SIGINT / SIGTERM still closes it, and the work directory of a kil
 removed by the next write of the same target. Each log carries an MCAP metadata record "edgecap", which is
 how an existing file is recognised as ours: any other file under the target name is refused,
 never overwritten.
+
+Every channel carries the `ros2` profile's channel metadata as `ros2 bag record` writes it:
+`offered_qos_profiles` (see OFFERED_QOS) and `topic_type_hash` (the type's RIHS01 hash, as
+Jazzy and later record it). The file itself goes through the mcap library's Writer, so the
+channels are registered here; the CDR payloads are encoded by mcap-ros2-support's encoder, the
+one its own Writer uses (which has no way to give a channel metadata).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from edgecap.io import RunOutput, probe_writable
 from .captions import FOXGLOVE_MSGS
 
 OWNER_METADATA = "edgecap"
+# RMW_DURATION_INFINITE as the middleware reports an unset deadline / lifespan / lease.
+INFINITE_SEC, INFINITE_NSEC = 9223372036, 854775807
 
 _TYPESTORE = None
 
@@ -51,6 +59,42 @@ def msgdef(typename: str) -> str:
     if typename not in store.fielddefs:
         raise EdgecapError(f"unknown ROS 2 message type {typename}")
     return store.generate_msgdef(typename, ros_version=2)[0]
+
+
+def offered_qos() -> str:
+    """`offered_qos_profiles` of every channel we write: one publisher offering reliable,
+    volatile delivery (rclcpp / rclpy's default profile: the caption node's publishers, and
+    image_transport's default that usb_cam, v4l2_camera and gscam publish images with), as
+    `ros2 bag record` reads it from the ROS graph: history unknown, depth 0, deadline,
+    lifespan and lease infinite, liveliness automatic. Reliable is also the offer every
+    subscriber accepts when `ros2 bag play` re-offers it, best-effort ones (the caption node's
+    image subscription) included.
+
+    The layout is the integer one Humble writes (rosbag2 metadata version < 9). rosbag2 reads a
+    channel's QoS by the version in the file's `rosbag2` metadata record and takes 8 when there
+    is none, as here; Jazzy's policy names would then fail to parse, integers parse on every
+    distro since Humble.
+    """
+    from rosbags.interfaces import (
+        Qos,
+        QosDurability,
+        QosHistory,
+        QosLiveliness,
+        QosReliability,
+        QosTime,
+    )
+    from rosbags.rosbag2.metadata import dump_qos_v8
+
+    infinite = QosTime(INFINITE_SEC, INFINITE_NSEC)
+    return dump_qos_v8([Qos(QosHistory.UNKNOWN, 0, QosReliability.RELIABLE,
+                            QosDurability.VOLATILE, infinite, infinite, QosLiveliness.AUTOMATIC,
+                            infinite, False)])
+
+
+def channel_metadata(typename: str) -> dict[str, str]:
+    """The `ros2` profile's channel metadata for a topic of `typename`."""
+    return {"offered_qos_profiles": offered_qos(),
+            "topic_type_hash": _typestore().hash_rihs01(typename)}
 
 
 def written_by_edgecap(path: Path) -> bool:
@@ -84,7 +128,8 @@ class McapLogWriter(RunOutput):
                  metadata: dict[str, str] | None = None):
         require("mcap", "ros", "writing MCAP logs")
         require("mcap_ros2", "ros", "writing MCAP logs")
-        from mcap_ros2.writer import Writer
+        from mcap.well_known import MessageEncoding, Profile
+        from mcap.writer import LIBRARY_IDENTIFIER, CompressionType, Writer
 
         from edgecap import __version__
 
@@ -96,23 +141,42 @@ class McapLogWriter(RunOutput):
         except OSError as exc:
             self._work.close()
             raise EdgecapError(f"{flag} {self.path}: cannot write ({exc.strerror or exc})") from None
-        self._writer = Writer(self._fh)
+        self._writer = Writer(self._fh, compression=CompressionType.ZSTD)
+        self._writer.start(profile=Profile.ROS2,
+                           library=f"{LIBRARY_IDENTIFIER} edgecap/{__version__}")
+        self._encoding = MessageEncoding.CDR
         self._writer.add_metadata(OWNER_METADATA, {"version": __version__, **(metadata or {})})
-        self._schemas: dict[str, object] = {}
+        self._schemas: dict[str, int] = {}
+        self._encoders: dict[str, object] = {}
+        self._channels: dict[str, int] = {}
         self.count = 0
+
+    def _channel(self, topic: str, typename: str) -> int:
+        channel = self._channels.get(topic)
+        if channel is None:
+            from mcap.well_known import SchemaEncoding
+            from mcap_ros2._dynamic import serialize_dynamic
+
+            schema = self._schemas.get(typename)
+            if schema is None:
+                # Schema names as rosbag2's MCAP storage writes them: sensor_msgs/msg/Image.
+                text = msgdef(typename)
+                schema = self._schemas[typename] = self._writer.register_schema(
+                    typename, SchemaEncoding.ROS2, text.encode())
+                self._encoders[typename] = serialize_dynamic(typename, text)[typename]
+            channel = self._channels[topic] = self._writer.register_channel(
+                topic, self._encoding, schema, channel_metadata(typename))
+        return channel
 
     def write(self, topic: str, typename: str, fields: dict, log_time_ns: int,
               publish_time_ns: int | None = None) -> None:
-        schema = self._schemas.get(typename)
-        if schema is None:
-            # Schema names as rosbag2's MCAP storage writes them: sensor_msgs/msg/Image.
-            schema = self._schemas[typename] = self._writer.register_msgdef(
-                typename, msgdef(typename))
+        channel = self._channel(topic, typename)
+        data = self._encoders[typename](fields)
         try:
-            self._writer.write_message(topic, schema, fields, log_time=int(log_time_ns),
-                                       publish_time=int(publish_time_ns if publish_time_ns
-                                                        is not None else log_time_ns),
-                                       sequence=self.count)
+            self._writer.add_message(channel, log_time=int(log_time_ns), data=data,
+                                     publish_time=int(publish_time_ns if publish_time_ns
+                                                      is not None else log_time_ns),
+                                     sequence=self.count)
         except OSError as exc:
             raise EdgecapError(f"{self.flag} {self.path}: write failed "
                                f"({exc.strerror or exc})") from None
