@@ -12,7 +12,6 @@ reported separately. Prints a table and writes JSON with host info and versions.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import random
@@ -22,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from edgecap.argtypes import SEED, Integer, Number, Parser, processes  # noqa: E402
 from edgecap.data.classes import ACVR_CLASSES  # noqa: E402
 
 NOUNS = list(ACVR_CLASSES) + ["mug", "sofa", "tv", "phone", "table", "plant", "desk", "screen",
@@ -67,12 +67,12 @@ def host_info() -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--captions", type=int, default=21000)
-    ap.add_argument("--unique", type=float, nargs="+", default=[0.15, 1.0],
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--captions", type=Integer(1, 10_000_000), default=21000)
+    ap.add_argument("--unique", type=Number(above=0, high=1), nargs="+", default=[0.15, 1.0],
                     help="fractions of distinct captions, one workload each")
-    ap.add_argument("--n-process", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-process", type=processes(), default=1)
+    ap.add_argument("--seed", type=SEED, default=0)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "coverage.json"))
     args = ap.parse_args(argv)
 

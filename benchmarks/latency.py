@@ -17,7 +17,6 @@ step, full-precision weights; the tables report every backend's speed-up over it
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import sys
@@ -36,6 +35,11 @@ from _roofline import (  # noqa: E402
     step_bound_seconds,
     step_cost,
 )
+
+from edgecap.argtypes import BATCH, BEAM, COUNT, THREADS, Integer, ListOf, Parser  # noqa: E402
+
+MAX_LEN = Integer(2, 512)        # caption tokens of the timed decode
+VOCAB = Integer(8, 1_000_000)    # words of the timed models (above the special tokens)
 
 ALL_MODELS = ("smart", "smart-nomem", "pma-edge", "m2", "transformer", "updown")
 EXTRA_MODELS = ("rat", "acf")
@@ -56,21 +60,21 @@ class Setting:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=None, help=f"default {','.join(ALL_MODELS)} ({QUICK['models']} with --quick)")
     p.add_argument("--backends", default="torch-nocache,torch,onnxruntime,onnxruntime-int8,tensorrt")
-    p.add_argument("--batch-sizes", default=None, help=f"default 1,2,4,8,16,32,64 ({QUICK['batch_sizes']} with --quick)")
-    p.add_argument("--beam", default=None, help=f"default 1,3,5 ({QUICK['beam']} with --quick)")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--max-len", type=int, default=20)
-    p.add_argument("--vocab", type=int, default=10000)
+    p.add_argument("--batch-sizes", type=ListOf(BATCH), default=None, help=f"default 1,2,4,8,16,32,64 ({QUICK['batch_sizes']} with --quick)")
+    p.add_argument("--beam", type=ListOf(BEAM), default=None, help=f"default 1,3,5 ({QUICK['beam']} with --quick)")
+    p.add_argument("--repeats", type=COUNT, default=5)
+    p.add_argument("--warmup", type=Integer(0), default=1)
+    p.add_argument("--max-len", type=MAX_LEN, default=20)
+    p.add_argument("--vocab", type=VOCAB, default=10000)
     p.add_argument("--stop-at-eos", action="store_true", help="let captions end at EOS (default: full length)")
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads for torch and onnxruntime")
+    p.add_argument("--threads", type=THREADS, default=None, help="intra-op threads for torch and onnxruntime")
     p.add_argument("--no-spin", action="store_true",
                    help="onnxruntime's intra-op threads sleep between ops instead of spinning (Bundle.load(spin=False))")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "latency"))
-    p.add_argument("--retrieval-images", type=int, default=20000,
+    p.add_argument("--retrieval-images", type=COUNT, default=20000,
                    help="images in the RA-Transformer retrieval index whose search time is added to rat rows")
     p.add_argument("--quick", action="store_true", help="tiny models, few settings: keeps the script working in tests")
     p.add_argument("--replot", action="store_true",
@@ -85,8 +89,9 @@ def parse_args(argv=None):
             setattr(args, key, value)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     args.models, args.backends = split(args.models), split(args.backends)
-    args.batch_sizes = [int(x) for x in split(args.batch_sizes)]
-    args.beams = [int(x) for x in split(args.beam)]
+    # the defaults are strings, a flag's value is already a list
+    args.batch_sizes = ListOf(BATCH)(args.batch_sizes) if isinstance(args.batch_sizes, str) else args.batch_sizes
+    args.beams = ListOf(BEAM)(args.beam) if isinstance(args.beam, str) else args.beam
     for m in args.models:
         if m not in ALL_MODELS + EXTRA_MODELS:
             p.error(f"unknown model {m!r}; choose from {', '.join(ALL_MODELS + EXTRA_MODELS)}")

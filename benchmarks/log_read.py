@@ -33,16 +33,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO, host_info, print_table, timed, write_json  # noqa: E402
 
+from edgecap.argtypes import COUNT, Integer, Parser  # noqa: E402
+
+SIDE = Integer(16, 8192)
+
+
+def camera_size(text: str) -> tuple[int, int]:
+    """--size WIDTHxHEIGHT -> (width, height)."""
+    parts = text.lower().split("x")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT (e.g. 640x480), got {text!r}")
+    return SIDE(parts[0]), SIDE(parts[1])
+
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--frames", type=int, default=150)
-    p.add_argument("--size", default="640x480", help="WIDTHxHEIGHT of the camera images")
-    p.add_argument("--repeats", type=int, default=5)
+    p = Parser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--frames", type=COUNT, default=150)
+    p.add_argument("--size", type=camera_size, default="640x480", help="WIDTHxHEIGHT of the camera images")
+    p.add_argument("--repeats", type=COUNT, default=5)
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "log_read"))
     p.add_argument("--quick", action="store_true", help="a few small frames, one repeat (tests)")
     args = p.parse_args(argv)
-    args.width, args.height = (int(v) for v in args.size.lower().split("x"))
+    args.width, args.height = args.size
     if args.quick:
         args.frames, args.width, args.height, args.repeats = 6, 64, 48, 1
     return args

@@ -11,7 +11,6 @@ the synthetic world's moving-camera clip and the model to the packaged demo chec
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -22,20 +21,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO, host_info, print_table, write_csv, write_json  # noqa: E402
 
+from edgecap.argtypes import BEAM, COUNT, POSITIVE, ListOf, Number, Parser  # noqa: E402
+
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", default=None, help="export this checkpoint (default: the demo model)")
     p.add_argument("--bundle", default=None, help="use an existing bundle instead of exporting")
     p.add_argument("--video", default=None, help="video file (default: the synthetic world's clip)")
-    p.add_argument("--rates", default="2,5,10,0", help="--max-fps values; 0 = unlimited")
-    p.add_argument("--frames", type=int, default=60, help="captions per rate")
-    p.add_argument("--source-fps", type=float, default=15.0, help="video playback rate (native pacing)")
-    p.add_argument("--beam", type=int, default=3)
+    p.add_argument("--rates", type=ListOf(Number(0)), default="2,5,10,0", help="--max-fps values; 0 = unlimited")
+    p.add_argument("--frames", type=COUNT, default=60, help="captions per rate")
+    p.add_argument("--source-fps", type=POSITIVE, default=15.0, help="video playback rate (native pacing)")
+    p.add_argument("--beam", type=BEAM, default=3)
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "loop"))
     p.add_argument("--quick", action="store_true", help="few frames and rates (tests)")
     args = p.parse_args(argv)
-    args.rates = [float(x) for x in args.rates.split(",") if x.strip()]
     if args.quick:
         args.frames, args.rates = min(args.frames, 6), args.rates[:2]
     return args

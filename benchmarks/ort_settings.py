@@ -42,7 +42,6 @@ One exported bundle (random weights, the latency benchmark's model and inputs), 
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import sys
@@ -53,18 +52,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO, host_info, summary, timed, write_json  # noqa: E402
-from latency import BundleRunner, build_model, export_bundle, inputs  # noqa: E402
+from latency import MAX_LEN, VOCAB, BundleRunner, build_model, export_bundle, inputs  # noqa: E402
+
+from edgecap.argtypes import BATCH, BEAM, COUNT, THREADS, Integer, Parser  # noqa: E402
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="m2")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--vocab", type=int, default=10201)
-    p.add_argument("--max-len", type=int, default=20)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--batch", type=BATCH, default=1)
+    p.add_argument("--beam", type=BEAM, default=5)
+    p.add_argument("--vocab", type=VOCAB, default=10201)
+    p.add_argument("--max-len", type=MAX_LEN, default=20)
+    p.add_argument("--threads", type=THREADS, default=2)
+    p.add_argument("--repeats", type=COUNT, default=5)
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "ort_settings"))
     p.add_argument("--quick", action="store_true", help="tiny model, two repeats: keeps the script working in tests")
     p.add_argument("--fused-attention", action="store_true",
@@ -77,7 +78,7 @@ def parse_args(argv=None):
                         "with their bundle sizes and caption agreement on a trained checkpoint")
     p.add_argument("--agreement-checkpoint", default=str(REPO / "edgecap" / "assets" / "demo-smart.pt"),
                    help="the trained checkpoint whose captions the weight-only variants are compared on")
-    p.add_argument("--agreement-samples", type=int, default=50, help="0: time only")
+    p.add_argument("--agreement-samples", type=Integer(0), default=50, help="0: time only")
     p.add_argument("--only", choices=("fused-attention", "against", "weight-only"), default=None,
                    help="measure only this section (skips fusions, start and spinning)")
     args = p.parse_args(argv)

@@ -46,6 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO, host_info, percentile, print_table, save_png, write_csv, write_json  # noqa: E402
 
+from edgecap.argtypes import BATCH, COUNT, FRONTEND_SIDE, POSITIVE, THREADS, Integer, ListOf, Parser  # noqa: E402
+
 FRONTENDS = ("mobilenet_v3_large", "efficientnet_b0", "resnet50", "RN50", "ViT-B-32", "ViT-B-16", "ViT-L-14")
 CAPTIONERS = ("smart", "pma-edge", "m2")
 BACKENDS = ("torch", "onnxruntime", "onnxruntime-int8", "tensorrt")
@@ -69,19 +71,19 @@ class Config:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--frontends", default=",".join(FRONTENDS))
     p.add_argument("--captioners", default=",".join(CAPTIONERS))
     p.add_argument("--backends", default=",".join(BACKENDS))
-    p.add_argument("--batches", default="1,4", help="1 = one camera; 4 = a 4-camera robot, one frame of each")
-    p.add_argument("--frames", type=int, default=20, help="timed batches per configuration")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2, help="intra-op threads for torch and onnxruntime")
-    p.add_argument("--image-size", type=int, default=0, help="front-end input size (default: the weights' own, 224)")
+    p.add_argument("--batches", type=ListOf(BATCH), default="1,4", help="1 = one camera; 4 = a 4-camera robot, one frame of each")
+    p.add_argument("--frames", type=COUNT, default=20, help="timed batches per configuration")
+    p.add_argument("--warmup", type=Integer(0), default=2)
+    p.add_argument("--threads", type=THREADS, default=2, help="intra-op threads for torch and onnxruntime")
+    p.add_argument("--image-size", type=FRONTEND_SIDE, default=0, help="front-end input size (default: the weights' own, 224)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "pipeline"))
     p.add_argument("--workdir", default="", help="keep checkpoints and bundles here and reuse them "
                                                  "(default: a temporary folder, emptied as the sweep goes)")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per configuration")
+    p.add_argument("--timeout", type=POSITIVE, default=1800, help="seconds per configuration")
     p.add_argument("--lock", default="", help="hold this flock file while a (front end, captioner) group is timed "
                                               "(shared machines: exports need no lock, timings do)")
     p.add_argument("--quick", action="store_true", help="smallest front end at 64 px, a small captioner, few frames")
@@ -93,7 +95,6 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     args.frontends, args.captioners, args.backends = split(args.frontends), split(args.captioners), split(args.backends)
-    args.batches = [int(x) for x in split(args.batches)]
     for name, given, valid in (("front end", args.frontends, FRONTENDS), ("captioner", args.captioners, CAPTIONERS),
                                ("backend", args.backends, BACKENDS)):
         for x in given:

@@ -17,7 +17,6 @@ centroid), to show the two do the same job. Writes a table, prototypes.json and 
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -27,6 +26,8 @@ from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from edgecap.argtypes import COUNT, Integer, ListOf, Parser  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "prototypes"
 
@@ -167,22 +168,21 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--banks", default="4000,16000,64000", help="bank sizes N, comma-separated")
-    ap.add_argument("--counts", default="128,1024", help="prototype counts m, comma-separated")
-    ap.add_argument("--dim", type=int, default=512)
-    ap.add_argument("--iterations", type=int, default=10, help="Lloyd iterations, same for both")
-    ap.add_argument("--topk", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=1)
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--banks", type=ListOf(COUNT), default="4000,16000,64000", help="bank sizes N, comma-separated")
+    ap.add_argument("--counts", type=ListOf(COUNT), default="128,1024", help="prototype counts m, comma-separated")
+    ap.add_argument("--dim", type=COUNT, default=512)
+    ap.add_argument("--iterations", type=COUNT, default=10, help="Lloyd iterations, same for both")
+    ap.add_argument("--topk", type=COUNT, default=32)
+    ap.add_argument("--repeats", type=COUNT, default=5)
+    ap.add_argument("--warmup", type=Integer(0), default=1)
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--quick", action="store_true", help="tiny sizes, one repeat (keeps the script working in tests)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.banks, args.counts, args.dim, args.iterations, args.repeats, args.warmup = "600,1200", "16", 32, 3, 1, 0
+        args.banks, args.counts, args.dim, args.iterations, args.repeats, args.warmup = [600, 1200], [16], 32, 3, 1, 0
         args.topk = min(args.topk, 8)
-    banks = [int(b) for b in args.banks.split(",")]
-    counts = [int(c) for c in args.counts.split(",")]
+    banks, counts = args.banks, args.counts
 
     import torch
     from tqdm import tqdm

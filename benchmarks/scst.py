@@ -9,7 +9,6 @@ set-up. Captions are drawn from a seeded 300-word vocabulary, 5 references per i
 
 from __future__ import annotations
 
-import argparse
 import platform
 import random
 import sys
@@ -18,12 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from edgecap.argtypes import COUNT, Parser  # noqa: E402
+
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--images", type=int, default=5000)
-    ap.add_argument("--batch", type=int, default=500)
-    ap.add_argument("--repeats", type=int, default=10)
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--images", type=COUNT, default=5000)
+    ap.add_argument("--batch", type=COUNT, default=500)
+    ap.add_argument("--repeats", type=COUNT, default=10)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scst.json"))
     args = ap.parse_args(argv)
 

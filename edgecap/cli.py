@@ -14,6 +14,7 @@ import select
 import sys
 
 from edgecap import __version__
+from edgecap.argtypes import Parser
 from edgecap.errors import EdgecapError, did_you_mean
 from edgecap.io import Terminated, terminate_as_interrupt
 
@@ -75,6 +76,15 @@ def _discard_stdout() -> None:
     os.close(devnull)
 
 
+def command_parser(name: str) -> Parser:
+    """The parser of `edgecap NAME` (importing the command's module, not its heavy libraries)."""
+    module_name, help_text = COMMANDS[name]
+    parser = Parser(prog=f"edgecap {name}", description=help_text)
+    importlib.import_module(module_name).add_arguments(parser)
+    describe_actions(parser)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-"):
@@ -86,12 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"edgecap: unknown command {name!r}{did_you_mean(name, COMMANDS)}; "
               f"commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    module_name, help_text = COMMANDS[name]
-    module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"edgecap {name}", description=help_text)
-    module.add_arguments(parser)
-    describe_actions(parser)
-    args = parser.parse_args(rest)
+    try:
+        args = command_parser(name).parse_args(rest)
+    except SystemExit as exc:  # --help (0), or a bad flag (2) whose one line the parser printed
+        return int(exc.code or 0)
+    module = importlib.import_module(COMMANDS[name][0])
     try:
         # SIGTERM (service managers, CI, `kill`) unwinds like Ctrl-C: temporaries are removed
         with terminate_as_interrupt():
@@ -100,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
             return code
     except EdgecapError as exc:
         print(f"edgecap {name}: error: {exc}", file=sys.stderr)
+        return 1
+    except MemoryError as exc:  # a size no option bound caught: one line, not a traceback
+        print(f"edgecap {name}: error: out of memory{f' ({exc})' if str(exc) else ''}; ask for fewer or "
+              f"smaller items (a count, size, batch or beam option)", file=sys.stderr)
         return 1
     except Terminated as exc:
         print(f"edgecap {name}: terminated ({exc})", file=sys.stderr)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
+from edgecap.jsonio import json_or_none
 
 WORK_SUFFIX = ".edgecap-tmp"
 LOCK_NAME = "lock"
@@ -65,10 +66,7 @@ class DirKind:
     entries: tuple[str, ...]    # glob patterns of the top-level names this kind writes
 
     def owns(self, directory: Path) -> bool:
-        try:
-            data = json.loads((directory / self.marker).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
+        data = json_or_none(directory / self.marker)
         return isinstance(data, dict) and data.get(self.key) == self.value
 
     def foreign(self, directory: Path) -> list[str]:
@@ -174,10 +172,7 @@ def check_file_target(path: str | os.PathLike, is_ours, what: str, flag: str = "
 def json_file_with(*keys: str):
     """`is_ours` for check_file_target: a JSON object holding all of `keys`."""
     def is_ours(path: Path) -> bool:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            return False
+        data = json_or_none(path)
         return isinstance(data, dict) and set(keys) <= data.keys()
     return is_ours
 

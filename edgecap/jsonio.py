@@ -1,10 +1,11 @@
-"""Reading JSON and JSON Lines files: the one way edgecap reads them.
+"""Reading JSON, JSON Lines and TOML files: the one way edgecap reads them.
 
 A JSON document (`read_json`: a bundle's manifest.json, ACVR labels.json, COCO references and
 instances, Karpathy's dataset_coco.json for training, `features extract` and the export's parity
 data) is read as bytes, a UTF-8 byte order mark dropped, decoded strictly and
 parsed; each failure is one line naming the file: "cannot read[ <what>] (<reason>)", "not
-UTF-8 text (byte N)", "invalid JSON at line N: <reason>".
+UTF-8 text (byte N)", "invalid JSON at line N: <reason>". TOML files (`read_toml`: `edgecap run
+--config`, export presets, training configs) are decoded the same way (`read_text`).
 
 Three kinds of file are JSON Lines: the caption logs `edgecap run --jsonl` writes
 (`edgecap.runtime.records.read_runs`), caption files for `edgecap eval`
@@ -47,16 +48,45 @@ def read_bytes(path: str | os.PathLike, what: str = "", where: str | None = None
         raise EdgecapError(f"{where}: cannot read{' ' + what if what else ''} ({exc.strerror or exc})") from None
 
 
-def read_json(path: str | os.PathLike, what: str = "", where: str | None = None):
-    """The JSON document in the file (any JSON value), or a one-line error naming it."""
+def read_text(path: str | os.PathLike, what: str = "", where: str | None = None) -> str:
+    """The file's text (UTF-8, a byte order mark dropped), or a one-line error naming it."""
     where = str(Path(path)) if where is None else where
     raw = read_bytes(path, what, where)
     skip = len(BOM) if raw.startswith(BOM) else 0
     try:
-        text = raw[skip:].decode("utf-8")
+        return raw[skip:].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise EdgecapError(f"{where}: not UTF-8 text (byte {exc.start + skip})") from None
-    return parse_json(text, where)
+
+
+def read_json(path: str | os.PathLike, what: str = "", where: str | None = None):
+    """The JSON document in the file (any JSON value), or a one-line error naming it."""
+    where = str(Path(path)) if where is None else where
+    return parse_json(read_text(path, what, where), where)
+
+
+def json_or_none(path: str | os.PathLike):
+    """The JSON document in `path` as `read_json` reads it, or None when it cannot be read or
+    parsed: for the question "did edgecap write this?" (an ownership marker, a report or stamp
+    file a command would replace), where a file that is not JSON is simply not ours."""
+    try:
+        return read_json(path)
+    except EdgecapError:
+        return None
+
+
+def read_toml(path: str | os.PathLike, what: str = "", where: str | None = None) -> dict:
+    """The TOML document in the file (`edgecap run --config`, an export preset, a training
+    config), or a one-line error naming it: "<where>: invalid TOML: <reason> (at line N...)"."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    where = str(Path(path)) if where is None else where
+    try:
+        return tomllib.loads(read_text(path, what, where))
+    except tomllib.TOMLDecodeError as exc:
+        raise EdgecapError(f"{where}: invalid TOML: {exc}") from None
 
 
 def parse_json(text: str, where: str):

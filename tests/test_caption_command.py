@@ -109,7 +109,7 @@ def test_bad_inputs_are_one_line_and_write_nothing(ckpt, tmp_path, run_cli):
     assert mine.read_text() == '{"my": "notes"}'
 
     code, _, err = run_cli("caption", ckpt, folder / "a.png", "--beam", 0)
-    assert code == 1 and "--beam must be >= 1" in err
+    assert code == 2 and "argument --beam: expected an integer in 1..100, got 0" in err
 
 
 def test_an_earlier_captions_json_is_replaced(ckpt, tmp_path, run_cli):

@@ -138,6 +138,11 @@ def test_caption_command_prints_one_caption_per_image(tmp_path, run_cli):
 
 @pytest.fixture
 def cnn_checkpoint(tmp_path):
+    return cnn_checkpoint_in(tmp_path)
+
+
+def cnn_checkpoint_in(tmp_path):
+    """(a tiny image checkpoint with a 40-word vocabulary, a 40x50 image) in tmp_path."""
     over = tiny_overrides("smart")
     over.update(d_in=16, n_regions=4, max_len=8, visual={"kind": "cnn", "image_size": 32, "channels": [8, 16, 16, 16]})
     ckpt = save_checkpoint(tmp_path / "cnn.pt", build("smart", **over), tiny_vocab())
@@ -147,12 +152,8 @@ def cnn_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--beam", "0"], "--beam must be >= 1, got 0"),
-    (["--beam", "-2"], "--beam must be >= 1, got -2"),
     (["--max-len", "500"], "--max-len 500: expected 2..8"),
-    (["--max-len", "0"], "--max-len 0: expected 2..8"),
-    (["--length-penalty", "nan"], "--length-penalty nan: expected a finite number >= 0"),
-    (["--length-penalty", "-1"], "--length-penalty -1.0: expected a finite number >= 0"),
+    (["--beam", "41"], "--beam 41: expected 1..40 (the model's vocabulary)"),
 ])
 def test_caption_options_that_cannot_decode_are_one_line_errors(cnn_checkpoint, run_cli, argv, message):
     ckpt, image = cnn_checkpoint
@@ -165,7 +166,7 @@ def test_caption_a_shorter_max_len_is_honoured(cnn_checkpoint, run_cli):
     ckpt, image = cnn_checkpoint
     code, out, err = run_cli("caption", ckpt, image, "--max-len", "2", "--beam", "1")
     assert code == 0, err
-    assert len(out.strip().split("\t")[1].split()) <= 2
+    assert len(out.rstrip("\n").split("\t")[1].split()) <= 2  # an empty caption is "path\t"
 
 
 def test_caption_of_a_bundle_points_to_edgecap_run(tmp_path, run_cli, cnn_checkpoint):

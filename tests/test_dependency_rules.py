@@ -52,6 +52,9 @@ FORBIDDEN = {
     # the JSON / JSON Lines reader below the runtime's and the metrics' readers
     "edgecap/jsonio.py": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export",
                           "edgecap.runtime", "edgecap.data", "edgecap.metrics", "edgecap.retrieval"),
+    # the command-line value types every command parses with, the runtime's included
+    "edgecap/argtypes.py": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export",
+                            "edgecap.runtime", "edgecap.data", "edgecap.metrics", "edgecap.retrieval"),
     "edgecap/contract": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export",
                          "edgecap.runtime", "edgecap.data", "edgecap.metrics", "edgecap.retrieval"),
 }

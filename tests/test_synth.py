@@ -216,7 +216,7 @@ def test_cli_writes_and_refuses_bad_input(tmp_path, run_cli):
     assert f"--out {mine} is not an edgecap synthetic world" in err and "notes.txt, sub/data.csv" in err
     assert (mine / "notes.txt").read_text() == "keep" and (mine / "sub" / "data.csv").read_text() == "1,2"
     code, _, err = run_cli(*args[:3], tmp_path / "x", "--images", -1)
-    assert code == 1 and "--images" in err and "-1" in err
+    assert code == 2 and "--images" in err and "-1" in err
     assert not (tmp_path / "x").exists()
     blocker = tmp_path / "file.txt"
     blocker.write_text("x")

@@ -133,7 +133,7 @@ def test_a_binary_config_is_one_line(tmp_path, run_cli):
     config = tmp_path / "weights.toml"
     config.write_bytes(b"\x80\x81PK\x03\x04" * 8)
     code, _, err = run_cli("train", "--config", config)
-    assert code == 1 and err.strip() == f"edgecap train: error: config {config}: not a text file (invalid start byte at byte 0)"
+    assert code == 1 and err.strip() == f"edgecap train: error: config {config}: not UTF-8 text (byte 0)"
 
 
 CONFIGS = sorted((Path(REPO) / "configs").glob("*.toml"))

@@ -4,21 +4,31 @@ from __future__ import annotations
 
 import argparse
 
+from edgecap.argtypes import (
+    FRAME_COUNT,
+    IMAGE_SIDE,
+    SEED,
+    SEQUENCE_FRAMES,
+    SHEET_GRID,
+    SHEET_TILE,
+    SYNTH_IMAGES,
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     synth = sub.add_parser("synth", help="write the synthetic tabletop dataset (Karpathy json, "
                                          "ACVR sequences, mp4)")
     synth.add_argument("--out", required=True, help="output directory (must not exist or be empty)")
-    synth.add_argument("--images", type=int, required=True, help="number of Karpathy images")
-    synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    synth.add_argument("--size", type=int, default=128, help="image side in pixels (default 128)")
-    synth.add_argument("--sequences", type=int, default=2, help="ACVR sequences (default 2)")
-    synth.add_argument("--frames-per-sequence", type=int, default=20,
+    synth.add_argument("--images", type=SYNTH_IMAGES, required=True, help="number of Karpathy images")
+    synth.add_argument("--seed", type=SEED, default=0, help="random seed (default 0)")
+    synth.add_argument("--size", type=IMAGE_SIDE, default=128, help="image side in pixels (default 128)")
+    synth.add_argument("--sequences", type=FRAME_COUNT, default=2, help="ACVR sequences (default 2)")
+    synth.add_argument("--frames-per-sequence", type=SEQUENCE_FRAMES, default=20,
                        help="frames per ACVR sequence (default 20)")
-    synth.add_argument("--video-frames", type=int, default=150,
+    synth.add_argument("--video-frames", type=FRAME_COUNT, default=150,
                        help="frames of video/tabletop.mp4 at 15 fps, 0 for none (default 150)")
-    synth.add_argument("--video-size", type=int, default=None,
+    synth.add_argument("--video-size", type=IMAGE_SIDE, default=None,
                        help="video frame side in pixels (default: --size)")
     synth.add_argument("--format", dest="image_format", choices=("jpg", "png"), default="jpg",
                        help="Karpathy image format (default jpg, as COCO)")
@@ -29,9 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     synth.add_argument("--quiet", action="store_true", help="no progress bar")
     sheet = sub.add_parser("sheet", help="render a contact sheet of example scenes with captions")
     sheet.add_argument("--out", required=True, help="PNG file to write")
-    sheet.add_argument("--seed", type=int, default=0, help="random seed of the scenes (default 0)")
-    sheet.add_argument("--grid", type=int, default=4, help="tiles per side (default 4)")
-    sheet.add_argument("--size", type=int, default=128, help="rendered tile size (default 128)")
+    sheet.add_argument("--seed", type=SEED, default=0, help="random seed of the scenes (default 0)")
+    sheet.add_argument("--grid", type=SHEET_GRID, default=4, help="tiles per side (default 4)")
+    sheet.add_argument("--size", type=SHEET_TILE, default=128, help="rendered tile size (default 128)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgecap.argtypes import BATCH, FRONTEND_SIDE
 from edgecap.errors import EdgecapError
 from edgecap.jsonio import read_json
 
@@ -31,13 +32,13 @@ def add_arguments(parser) -> None:
     p.add_argument("--weights", default="",
                    help="local weights file, open_clip or torchvision state dict (never downloaded); "
                         "default: seeded random weights, recorded as 'random'")
-    p.add_argument("--image-size", type=int, default=0, help="input size in pixels (default: the weights' own)")
+    p.add_argument("--image-size", type=FRONTEND_SIDE, default=0, help="input size in pixels (default: the weights' own)")
     p.add_argument("--sha256", default="", help="expected sha256 of the weights file")
     p.add_argument("--images", required=True, help="image root: files are IMAGES/<filepath>/<filename>")
     p.add_argument("--split-file", required=True, help="Karpathy dataset_coco.json")
     p.add_argument("--out", required=True, help="HDF5 file to write (appended to when it exists)")
     p.add_argument("--splits", default="", help="comma-separated splits to keep (default: all)")
-    p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
+    p.add_argument("--batch-size", type=BATCH, default=32, help="images per forward pass (default 32)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the front end runs (default cpu)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float16"), help="storage dtype (default float32)")
 
@@ -126,10 +127,8 @@ def extract_features(
     from edgecap.data.features import FeatureWriter
     from edgecap.models.frontends import build_frontend, provenance
 
-    if batch_size < 1:
-        raise EdgecapError(f"--batch-size {batch_size}, expected >= 1")
-    if image_size < 0:
-        raise EdgecapError(f"--image-size {image_size}, expected a positive size (or 0 for the weights' own)")
+    BATCH.check(batch_size, "--batch-size")
+    FRONTEND_SIDE.check(image_size, "--image-size")
     if device == "cuda" and not torch.cuda.is_available():
         raise EdgecapError("--device cuda, but torch sees no CUDA device")
     frontend = build_frontend(backbone, image_size, str(weights or ""), sha256).to(device)
@@ -154,6 +153,8 @@ def extract_features(
 
 
 def run(args) -> int:
+    if args.sha256 and not args.weights:
+        raise EdgecapError("--sha256 checks the --weights file; pass --weights FILE too")
     splits = {s.strip() for s in args.splits.split(",") if s.strip()} or None
     items = read_split_images(args.split_file, args.images, splits)
     stats = extract_features(

@@ -11,30 +11,31 @@ import argparse
 import shlex
 import sys
 
-from edgecap.export.formats import CHOICES, FORMATS, SUPPORTED_OPSETS
+from edgecap.argtypes import FRONTEND_SIDE, Integer
+from edgecap.export.formats import CHOICES, FORMATS, SIZES, SUPPORTED_OPSETS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="an edgecap checkpoint (.pt), or a bundle dir to rebuild its engines")
     parser.add_argument("--engine", help=f"one of: {', '.join(f'{n} ({f.title})' for n, f in FORMATS.items())}")
     parser.add_argument("--target", help="a preset from export/*.toml (e.g. cpu-ort-fp32) or a .toml path")
-    parser.add_argument("--batch", type=int, help="static image batch of the graphs (default 1)")
-    parser.add_argument("--beam", type=int, help="beams per image in the decoder graph (default 3)")
+    parser.add_argument("--batch", type=SIZES["batch"], help="static image batch of the graphs (default 1)")
+    parser.add_argument("--beam", type=SIZES["beam"], help="beams per image in the decoder graph (default 3)")
     parser.add_argument("--precision", help="fp32 | fp16 | int8 (default fp32)")
-    parser.add_argument("--opset", type=int, help=f"ONNX opset, one of {', '.join(map(str, SUPPORTED_OPSETS))} (default 17)")
+    parser.add_argument("--opset", type=Integer(min(SUPPORTED_OPSETS), max(SUPPORTED_OPSETS)), help=f"ONNX opset, one of {', '.join(map(str, SUPPORTED_OPSETS))} (default 17)")
     parser.add_argument("--exporter", help=f"{' | '.join(CHOICES['exporter'])} (default torchscript)")
-    parser.add_argument("--samples", type=int, help="inputs the parity gate runs (default 8)")
+    parser.add_argument("--samples", type=SIZES["samples"], help="inputs the parity gate runs (default 8)")
     parser.add_argument("--data", help="dataset dir (dataset_coco.json + images/) for parity / calibration inputs "
                                        "(default: the data the checkpoint was trained on)")
     parser.add_argument("--quantize", help="onnx int8: dynamic | static | weight-only (default dynamic)")
-    parser.add_argument("--workspace", type=int, help="trt: builder workspace limit in MiB (default 1024)")
+    parser.add_argument("--workspace", type=SIZES["workspace"], help="trt: builder workspace limit in MiB (default 1024)")
     parser.add_argument("--timing-cache", dest="timing_cache", help="trt: timing cache file, reused across builds")
     parser.add_argument("--int8-mode", dest="int8_mode", help="trt int8: qdq (explicit) | calibrator (default qdq)")
     parser.add_argument("--frontend", help="a captioner trained on cached features: build this front end "
                         "(e.g. ViT-L-14, resnet50) into the bundle's visual graph")
     parser.add_argument("--visual-weights", dest="visual_weights",
                         help="--frontend weights file (open_clip or torchvision state dict; default: its seeded random weights)")
-    parser.add_argument("--image-size", dest="image_size", type=int,
+    parser.add_argument("--image-size", dest="image_size", type=FRONTEND_SIDE,
                         help="--frontend input size in pixels (default: the size its features were made at)")
     parser.add_argument("--out", help="bundle directory to write (default: beside the checkpoint, "
                                       "named CHECKPOINT-ENGINE-PRECISION-bBkK)")

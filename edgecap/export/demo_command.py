@@ -15,6 +15,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from edgecap.argtypes import BEAM, COUNT, IMAGE_SIDE, POSITIVE, SEED
+
 DEMO_ASSET = "demo-smart.pt"
 STAMP = "bundle.source.json"
 FRAMES = "frames.png"
@@ -24,16 +26,16 @@ WORLD = "synth://tabletop?seed={seed}&size={size}&fps=15&scene={scene:g}"
 def add_arguments(parser) -> None:
     parser.add_argument("--checkpoint", default=None,
                         help=f"checkpoint to demo (default: the packaged edgecap/assets/{DEMO_ASSET})")
-    parser.add_argument("--frames", type=int, default=60, help="captions to produce (default 60)")
+    parser.add_argument("--frames", type=COUNT, default=60, help="captions to produce (default 60)")
     parser.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
-    parser.add_argument("--beam", type=int, default=3, help="beam size (default 3)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic world (default 0)")
-    parser.add_argument("--size", type=int, default=None,
+    parser.add_argument("--beam", type=BEAM, default=3, help="beam size (default 3)")
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the synthetic world (default 0)")
+    parser.add_argument("--size", type=IMAGE_SIDE, default=None,
                         help="rendered frame size (default: the model's input size, which is the "
                              "size the demo model's training world was rendered at)")
-    parser.add_argument("--scene", type=float, default=2.0,
+    parser.add_argument("--scene", type=POSITIVE, default=2.0,
                         help="seconds before the world moves to a new table (default 2)")
-    parser.add_argument("--max-fps", type=float, default=5.0,
+    parser.add_argument("--max-fps", type=POSITIVE, default=5.0,
                         help="captions per second at most (default 5, so the demo spans scenes)")
     parser.add_argument("--reexport", action="store_true", help="export again even if cached")
 
@@ -55,19 +57,15 @@ def _stamp(checkpoint: Path, beam: int) -> dict:
 
 def ensure_bundle(checkpoint: Path, out: Path, beam: int, reexport: bool = False, log=print) -> Path:
     """OUT/bundle exported from `checkpoint`, re-exported only when the stamp differs."""
-    import json
-
     from edgecap.errors import require
     from edgecap.io import write_json_atomic
+    from edgecap.jsonio import json_or_none
 
     bundle, stamp_path = out / "bundle", out / STAMP
     stamp = _stamp(checkpoint, beam)
     if not reexport and bundle.is_dir() and stamp_path.is_file():
-        try:
-            old = json.loads(stamp_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            old = None
-        if old is not None and all(old.get(k) == stamp[k] for k in ("sha256", "export", "bundle_format")):
+        old = json_or_none(stamp_path)  # a stamp that is not ours (or is damaged) means: export again
+        if isinstance(old, dict) and all(old.get(k) == stamp[k] for k in ("sha256", "export", "bundle_format")):
             return bundle
     require("torch", "train", "edgecap demo exports the demo checkpoint with PyTorch")
     from edgecap.export.bundle import export_bundle
@@ -135,8 +133,6 @@ def run(args) -> int:
             raise EdgecapError(f"--checkpoint {checkpoint} does not exist")
         raise EdgecapError(f"the packaged demo model {checkpoint} is missing (an incomplete "
                            "install?); reinstall edgecap or pass --checkpoint FILE")
-    if args.frames < 1:
-        raise EdgecapError(f"--frames must be >= 1, got {args.frames}")
     out = Path(args.out)
     check_outputs(out)
     bundle = ensure_bundle(checkpoint, out, args.beam, args.reexport)

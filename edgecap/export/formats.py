@@ -11,7 +11,9 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from edgecap.argtypes import BATCH, BEAM, Integer
 from edgecap.errors import EdgecapError, did_you_mean
+from edgecap.jsonio import read_toml
 
 SUPPORTED_OPSETS = (17, 18, 19, 20)
 DEFAULT_OPSET = 17  # the oldest opset with LayerNormalization; TensorRT 8.6+ parses it
@@ -75,6 +77,8 @@ CHOICES = {
     "quantize": ("dynamic", "static", "weight-only"),
     "int8_mode": ("qdq", "calibrator"),
 }
+# the sizes a flag or a preset sets: the flags' argparse types (edgecap.argtypes)
+SIZES = {"batch": BATCH, "beam": BEAM, "samples": Integer(1, 10_000), "workspace": Integer(16, 2**20)}
 
 BASE_DEFAULTS = {
     "batch": 1, "beam": 3, "precision": "fp32", "opset": DEFAULT_OPSET, "exporter": "torchscript",
@@ -136,11 +140,6 @@ def list_presets() -> dict[str, Path]:
 
 def load_preset(name: str) -> tuple[str, dict]:
     """(name, options) of a preset named in export/ or given as a path to a .toml file."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-
     path = Path(name)
     if not (name.endswith(".toml") and path.is_file()):
         presets = list_presets()
@@ -149,10 +148,7 @@ def load_preset(name: str) -> tuple[str, dict]:
                 f"unknown target {name!r}{did_you_mean(name, presets)}; targets: {', '.join(presets) or '(none found)'}"
             )
         path = presets[name]
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise EdgecapError(f"target preset {path}: {exc}") from exc
+    data = read_toml(path, where=f"target preset {path}")
     data.pop("description", None)
     known = {f.name for f in fields(ExportSettings)} - {"target", "force", "out", "frontend", "visual_weights",
                                                         "image_size"}
@@ -204,10 +200,8 @@ def _validate(s: ExportSettings, fmt: Format) -> None:
         )
     if s.exporter == "dynamo" and s.opset < 18:
         raise EdgecapError(f"--exporter dynamo writes opset >= 18, not {s.opset}; pass --opset 18")
-    for key, low in (("batch", 1), ("beam", 1), ("samples", 1), ("workspace", 16)):
-        value = getattr(s, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise EdgecapError(f"{flag(key)} {value!r}: expected an integer >= {low}")
+    for key, kind in SIZES.items():  # the flags' own types, again for a preset's values
+        kind.check(getattr(s, key), flag(key))
     if s.visual_weights and not s.frontend:
         raise EdgecapError("--visual-weights names the weights of a --frontend; pass --frontend NAME too")
     if s.image_size and not s.frontend:

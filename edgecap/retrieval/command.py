@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgecap.argtypes import BATCH, Integer
 from edgecap.errors import EdgecapError
+
+NEIGHBOURS = Integer(1, 1000)  # stored per indexed image (RA-Transformer retrieves k = 5..10)
 
 
 def add_arguments(parser) -> None:
@@ -30,8 +33,8 @@ def add_arguments(parser) -> None:
     p.add_argument("--out", required=True, help="index directory to write")
     p.add_argument("--kind", default="auto", choices=("auto", "flat", "hnsw"),
                    help="flat (exact) or hnsw (HNSW-32); default auto: flat below 5,000 images, HNSW-32 above")
-    p.add_argument("-k", "--k", type=int, default=10, help="neighbours stored per indexed image (default 10)")
-    p.add_argument("--batch-size", type=int, default=32, help="--checkpoint: images per forward pass (default 32)")
+    p.add_argument("-k", "--k", type=NEIGHBOURS, default=10, help="neighbours stored per indexed image (default 10)")
+    p.add_argument("--batch-size", type=BATCH, default=32, help="--checkpoint: images per forward pass (default 32)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
 
 
@@ -130,8 +133,8 @@ def run(args) -> int:
 
     if args.checkpoint and not args.images:
         raise EdgecapError("--checkpoint needs --images (the image root of the split file)")
-    if args.k < 1 or args.batch_size < 1:
-        raise EdgecapError(f"-k and --batch-size must be >= 1, got {args.k} and {args.batch_size}")
+    if args.images and not args.checkpoint:
+        raise EdgecapError("--images is the image root a --checkpoint embeds; --features already holds the embeddings")
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
     data = load_karpathy(args.split_file, image_root=args.images if args.checkpoint else None)
     items = [item for s in splits for item in data[s]]

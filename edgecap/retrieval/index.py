@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.errors import EdgecapError, require
+from edgecap.jsonio import read_json
 
 FORMAT = "edgecap-retrieval-index"
 FORMAT_VERSION = 1
@@ -163,11 +164,10 @@ class CaptionIndex:
         for name in FILES:
             if not (path / name).is_file():
                 raise EdgecapError(f"retrieval index {path} lacks {name}")
-        try:
-            meta = json.loads((path / "index.json").read_text(encoding="utf-8"))
-            table = json.loads((path / "captions.json").read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise EdgecapError(f"retrieval index {path}: broken JSON ({exc})") from exc
+        meta, table = (read_json(path / name, where=f"retrieval index {path / name}")
+                       for name in ("index.json", "captions.json"))
+        if not isinstance(meta, dict) or not isinstance(table, dict):
+            raise EdgecapError(f"retrieval index {path}: index.json and captions.json must hold JSON objects; rebuild it")
         if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
             raise EdgecapError(
                 f"retrieval index {path}: format {meta.get('format')!r} v{meta.get('format_version')!r}, "

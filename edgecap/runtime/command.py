@@ -18,6 +18,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from edgecap.argtypes import BATCH, BEAM, COUNT, POSITIVE, THREADS
 from edgecap.data.acvr import AREAS
 
 from .records import summary_path
@@ -72,14 +73,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--source", default=None,
                         help="camera index (0), video file, rtsp:// or http:// URL, image folder, "
                              "ACVR sequence folder, or synth://tabletop[?seed=S&size=N&fps=F]")
-    parser.add_argument("--beam", type=int, default=None,
+    parser.add_argument("--beam", type=BEAM, default=None,
                         help="beam size, 1..the bundle's (default: the bundle's)")
-    parser.add_argument("--max-fps", type=float, default=None, metavar="F",
+    parser.add_argument("--max-fps", type=POSITIVE, default=None, metavar="F",
                         help="caption at most F frames per second (frames in between are dropped)")
-    parser.add_argument("--batch", type=int, default=None, metavar="N",
+    parser.add_argument("--batch", type=BATCH, default=None, metavar="N",
                         help="caption N consecutive fresh frames together (<= the bundle's batch; "
                              "default 1)")
-    parser.add_argument("--frames", type=int, default=None, metavar="N",
+    parser.add_argument("--frames", type=COUNT, default=None, metavar="N",
                         help="stop after N captions")
     parser.add_argument("--jsonl", default=None, metavar="FILE",
                         help="write one JSON record per caption (and FILE.summary.json at exit)")
@@ -93,7 +94,7 @@ def add_arguments(parser) -> None:
                         help="show annotated frames in a window (q or Esc stops)")
     parser.add_argument("--save-video", default=None, metavar="FILE",
                         help="write annotated frames (caption, object boxes) to an mp4")
-    parser.add_argument("--latency-budget", type=float, default=None, metavar="MS",
+    parser.add_argument("--latency-budget", type=POSITIVE, default=None, metavar="MS",
                         help="lower the beam while capture-to-caption latency exceeds MS")
     parser.add_argument("--coverage", action=argparse.BooleanOptionalAction, default=None,
                         help="score object coverage when objects are known (default on)")
@@ -118,12 +119,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rerun", default=None, metavar="FILE.rrd",
                         help="write the frames, boxes, captions and latencies as a rerun "
                              "recording (pip install \"edgecap[rerun]\")")
-    parser.add_argument("--source-fps", type=float, default=None, metavar="F",
+    parser.add_argument("--source-fps", type=POSITIVE, default=None, metavar="F",
                         help="frame rate for --pace native (default: the video's own / synth fps)")
     parser.add_argument("--providers", default=None,
                         help="onnxruntime execution providers, comma-separated "
                              "(default: the best installed, e.g. TensorRT, CUDA, CPU)")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
+    parser.add_argument("--threads", type=THREADS, default=None, metavar="N",
                         help="onnxruntime intra-op threads (default 0: onnxruntime decides)")
     parser.add_argument("--spin", action=argparse.BooleanOptionalAction, default=None,
                         help="let idle onnxruntime threads busy-wait between the ops of a run "
@@ -150,18 +151,10 @@ def read_config(path: str) -> dict:
     from pathlib import Path
 
     from edgecap.errors import EdgecapError, did_you_mean
+    from edgecap.jsonio import read_toml
 
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise EdgecapError(f"--config {path}: cannot read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise EdgecapError(f"--config {path}: invalid TOML: {exc}") from None
+    data = read_toml(path, where=f"--config {path}")
     known = {f.name: f for f in fields(RunSettings)}
     out = {}
     for key, value in data.items():
@@ -241,16 +234,14 @@ def settings_from_args(args) -> RunSettings:
 
 
 def _check(settings: RunSettings) -> None:
-    from edgecap.errors import EdgecapError
 
-    for name, value, low in (("--beam", settings.beam, 1), ("--batch", settings.batch, 1),
-                             ("--frames", settings.frames, 1), ("--threads", settings.threads, 0)):
-        if value is not None and value < low:
-            raise EdgecapError(f"{name} must be >= {low}, got {value}")
-    for name, value in (("--max-fps", settings.max_fps), ("--latency-budget", settings.latency_budget),
-                        ("--source-fps", settings.source_fps)):
-        if value is not None and not value > 0:
-            raise EdgecapError(f"{name} must be > 0, got {value}")
+    # the flags' own types, again for the values a --config file gave
+    for name, value, kind in (("--beam", settings.beam, BEAM), ("--batch", settings.batch, BATCH),
+                              ("--frames", settings.frames, COUNT), ("--threads", settings.threads, THREADS),
+                              ("--max-fps", settings.max_fps, POSITIVE), ("--latency-budget", settings.latency_budget, POSITIVE),
+                              ("--source-fps", settings.source_fps, POSITIVE)):
+        if value is not None:
+            kind.check(value, name)
     # outputs are checked before the bundle loads, not found unwritable at the first caption
     _check_outputs_are_not_inputs(settings)
     if settings.jsonl:

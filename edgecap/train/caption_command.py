@@ -13,11 +13,12 @@ Images go through the model in batches, with a progress bar on stderr.
 
 from __future__ import annotations
 
-import math
 import re
 import shlex
 import sys
 from pathlib import Path
+
+from edgecap.argtypes import BATCH, BEAM, Integer, Number
 
 COCO_NAME = re.compile(r"(?:COCO_[A-Za-z]+\d*_)?0*(\d+)")
 
@@ -29,11 +30,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="write the captions as COCO results JSON [{image_id, caption}] "
                              "(what edgecap eval coco --captions reads)")
-    parser.add_argument("--beam", type=int, default=3, help="beam size (1 = greedy; default 3)")
-    parser.add_argument("--batch", type=int, default=16, help="images per forward pass (default 16)")
-    parser.add_argument("--max-len", type=int, default=None,
+    parser.add_argument("--beam", type=BEAM, default=3, help="beam size (1 = greedy; default 3)")
+    parser.add_argument("--batch", type=BATCH, default=16, help="images per forward pass (default 16)")
+    parser.add_argument("--max-len", type=Integer(2), default=None,
                         help="longest caption in tokens, 2..the checkpoint's (default: the checkpoint's)")
-    parser.add_argument("--length-penalty", type=float, default=0.0,
+    parser.add_argument("--length-penalty", type=Number(0), default=0.0,
                         help="alpha of the GNMT length normalisation in beam search, >= 0 (default 0)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no line per image")
 
@@ -78,12 +79,9 @@ def check_output(path: Path) -> None:
 
 
 def _is_captions_json(path: Path) -> bool:
-    import json
+    from edgecap.jsonio import json_or_none
 
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return False
+    data = json_or_none(path)
     return isinstance(data, list) and all(isinstance(r, dict) and "caption" in r for r in data)
 
 
@@ -111,11 +109,6 @@ def run(args) -> int:
     from edgecap.models.checkpoint import load_checkpoint
     from edgecap.train.captioning import caption_batch, retrieval_for
 
-    for name, value in (("--beam", args.beam), ("--batch", args.batch)):
-        if value < 1:
-            raise EdgecapError(f"{name} must be >= 1, got {value}")
-    if not math.isfinite(args.length_penalty) or args.length_penalty < 0:
-        raise EdgecapError(f"--length-penalty {args.length_penalty}: expected a finite number >= 0")
     check_checkpoint_path(Path(args.checkpoint))
     out = Path(args.json) if args.json else None
     if out is not None:
@@ -130,6 +123,8 @@ def run(args) -> int:
     max_len = ckpt.config.max_len if args.max_len is None else args.max_len
     if not 2 <= max_len <= ckpt.config.max_len:
         raise EdgecapError(f"--max-len {max_len}: expected 2..{ckpt.config.max_len} (the model's caption length)")
+    if args.beam > ckpt.config.vocab_size:
+        raise EdgecapError(f"--beam {args.beam}: expected 1..{ckpt.config.vocab_size} (the model's vocabulary)")
     options = DecodeOptions(beam_size=args.beam, max_len=max_len, length_penalty=args.length_penalty)
     retrieval = retrieval_for(ckpt)
     tqdm = require("tqdm", "train", "progress bars").tqdm

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from edgecap.argtypes import COUNT
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None,
@@ -29,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", nargs="?", const="", default=None, metavar="RUN_DIR",
                         help="continue a run exactly where it stopped: the run in RUN_DIR, else in --out; "
                              "its config's relative paths still mean what they meant where the run started")
-    parser.add_argument("--max-steps", type=int, default=None,
+    parser.add_argument("--max-steps", type=COUNT, default=None,
                         help="stop (saving last.pt) once the run reaches this many optimizer steps")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: [run].device (auto)")
     parser.add_argument("--visual-weights", dest="visual_weights", default=None,
@@ -38,12 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgecap.errors import EdgecapError
     from edgecap.train.config import load_config
     from edgecap.train.loop import Trainer
 
-    if args.max_steps is not None and args.max_steps < 1:
-        raise EdgecapError(f"--max-steps {args.max_steps}: expected a positive step count")
     out, config = run_dir_and_config(args)
     cfg = load_config(config, args.overrides, args.data)
     if args.visual_weights is not None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from edgecap.config_paths import existing_from_run_start, from_run_start
 from edgecap.errors import EdgecapError, did_you_mean
+from edgecap.jsonio import read_text
 from edgecap.typed import typed
 
 if sys.version_info >= (3, 11):
@@ -416,11 +417,9 @@ def load_config(path: str | os.PathLike, overrides: tuple[str, ...] | list[str] 
     path = Path(path)
     if not path.is_file():
         raise EdgecapError(f"config {path} does not exist")
+    text = read_text(path, where=f"config {path}")  # drops Windows Notepad's BOM, which tomllib refuses
     try:
-        text = path.read_text(encoding="utf-8-sig")  # Windows Notepad's BOM, which tomllib refuses
         data = tomllib.loads(text)
-    except UnicodeDecodeError as exc:
-        raise EdgecapError(f"config {path}: not a text file ({exc.reason} at byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise EdgecapError(f"config {path}: not valid TOML ({exc})") from exc
     if not overrides and data_dir is None:

@@ -35,7 +35,9 @@ import torch
 from edgecap.data.karpathy import KarpathyImage, load_karpathy
 from edgecap.errors import EdgecapError, MissingExtraError
 from edgecap.io import write_json_atomic
+from edgecap.jsonio import read_json
 from edgecap.models.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from edgecap.train.metrics_log import MetricsLog
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
@@ -78,8 +80,8 @@ def evaluate(ck: Checkpoint, data: Path, splits=("val", "test"), beams=(1, 3), s
     from edgecap.metrics.ciderd import CiderD
 
     karpathy = load_karpathy(data / "dataset_coco.json", data / "images", splits=splits)
-    objects = json.loads((data / "objects.json").read_text(encoding="utf-8"))
-    size = int(json.loads((data / "synth.json").read_text(encoding="utf-8"))["size"])
+    objects = read_json(data / "objects.json")
+    size = int(read_json(data / "synth.json")["size"])
     result: dict = {}
     for split in splits:
         images = karpathy[split]
@@ -112,7 +114,7 @@ def package(run: Path, out_dir: Path = ASSETS, name: str = "demo-smart", coverag
     for f in ("best_xe.pt", "last.pt", "best.pt", "summary.json", "config.toml"):
         if not (run / f).is_file():
             raise EdgecapError(f"{run} lacks {f}: train the demo config to the end first")
-    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    summary = read_json(run / "summary.json")
     if not summary.get("done"):
         raise EdgecapError(f"{run}: the run has not finished (summary.json done=false)")
     cfg = load_config(run / "config.toml")
@@ -130,7 +132,7 @@ def package(run: Path, out_dir: Path = ASSETS, name: str = "demo-smart", coverag
                              f"counts when its largest instance's {COVERAGE_AREA} area is > the threshold")
         except MissingExtraError as exc:
             scorer, coverage_note = None, f"not measured: {exc}"
-    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
+    records = MetricsLog(run / "metrics.jsonl", enabled=False).records()
     vals = [r for r in records if r["kind"] == "val"]
     metrics: dict = {
         "model": summary["model"],
@@ -179,7 +181,7 @@ def rescore(data: Path, out_dir: Path = ASSETS, name: str = "demo-smart") -> dic
             f"{data} is not the world {asset.name} was trained on; make it with: edgecap data synth --out "
             f"{data} --images {synth['images']} --seed {synth['seed']} --size {synth['size']} "
             f"--format {synth['image_format']}")
-    metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+    metrics = read_json(metrics_path)
     start = time.perf_counter()
     measured = evaluate(ck, data, scorer=CoverageScorer())
     metrics["asset"] = {**metrics.get("asset", {}), **measured,

@@ -28,7 +28,6 @@ wait at a barrier).
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import time
@@ -48,7 +47,8 @@ from edgecap.data.datasets import (
 )
 from edgecap.data.karpathy import KarpathySplits, load_karpathy
 from edgecap.errors import EdgecapError, require
-from edgecap.io import atomic_path, write_json_atomic, write_text_atomic
+from edgecap.io import atomic_path, probe_writable, write_json_atomic, write_text_atomic
+from edgecap.jsonio import read_json
 from edgecap.models.checkpoint import read_payload, save_checkpoint
 from edgecap.models.factory import build_from_config
 from edgecap.train.config import TrainConfig, load_config, parse_config, to_toml
@@ -116,7 +116,9 @@ def prepare_data(cfg: TrainConfig, out: Path, progress: bool) -> tuple[Path, Pat
     barrier()
     meta = root / "synth.json"
     if meta.is_file():
-        have = json.loads(meta.read_text(encoding="utf-8"))
+        have = read_json(meta, "the synthetic world's description")
+        if not isinstance(have, dict):
+            raise EdgecapError(f"{meta}: expected a JSON object (delete {root} to generate the world again)")
         for key, value in wanted.items():
             if have.get(key) != value:
                 raise EdgecapError(
@@ -156,6 +158,10 @@ class Trainer:
     # -- setup -----------------------------------------------------------------------------
 
     def _check_run_dir(self) -> None:
+        if self.out.exists() and not self.out.is_dir():
+            raise EdgecapError(f"--out {self.out} exists and is not a directory; name a run directory")
+        if not self.resume:
+            probe_writable(self.out)  # a parent that is a file, a read-only place: one line, before the data
         last = self.out / "last.pt"
         if self.resume:
             if not last.is_file() or not (self.out / "last.state.pt").is_file():
@@ -215,7 +221,7 @@ class Trainer:
             raise EdgecapError(f"{karpathy}: no validation images (split val)")
         vocab_path = self.out / "vocab.json"
         if self.resume and vocab_path.is_file():
-            self.vocab = Vocab.from_dict(json.loads(vocab_path.read_text(encoding="utf-8")), where=str(vocab_path))
+            self.vocab = Vocab.from_dict(read_json(vocab_path, "the run's vocabulary"), where=str(vocab_path))
         else:
             self.vocab = Vocab.build((c for im in self.splits.train for c in im.captions), cfg.data.min_count)
             if self.is_main:
@@ -640,9 +646,9 @@ class Trainer:
 # -- config helpers ------------------------------------------------------------------------
 
 def _toml(path: Path) -> dict:
-    from edgecap.train.config import tomllib
+    from edgecap.jsonio import read_toml
 
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+    return read_toml(path)
 
 
 def _first_difference(a, b, prefix: str = "", ignore=frozenset()) -> str | None:

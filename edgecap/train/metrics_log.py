@@ -7,6 +7,7 @@ from pathlib import Path
 
 from edgecap.errors import require
 from edgecap.io import write_text_atomic
+from edgecap.jsonio import read_bytes, read_objects
 
 
 class MetricsLog:
@@ -22,7 +23,8 @@ class MetricsLog:
     def records(self) -> list[dict]:
         if not self.path.is_file():
             return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        # a killed run can leave a half last line: read_objects skips it (truncate_after drops it on resume)
+        return read_objects(read_bytes(self.path, "the run's metrics log")).objects
 
     def truncate_after(self, step: int) -> None:
         """Drop lines a killed run wrote after its last save, so the resumed log has no gaps or repeats."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgecap.argtypes import FRAME_COUNT, IMAGE_SIDE, SEED, SEQUENCE_FRAMES, SYNTH_IMAGES
 from edgecap.errors import EdgecapError, require
 from edgecap.io import SYNTHETIC_WORLD, atomic_dir, check_replaceable, probe_writable
 
@@ -51,16 +52,13 @@ def split_plan(n: int, seed: int) -> list[str]:
 
 
 def _check(n_images, seed, size, sequences, frames_per_sequence, video_frames, video_size, image_format):
-    for name, value, low in (("--images", n_images, 1), ("--size", size, 32),
-                             ("--sequences", sequences, 0), ("--video-frames", video_frames, 0),
-                             ("--frames-per-sequence", frames_per_sequence, 1),
-                             ("--video-size", video_size, 32)):
-        if not isinstance(value, int) or value < low:
-            raise EdgecapError(f"{name} must be an integer >= {low}, got {value!r}")
-    if size > 2048 or video_size > 2048:
-        raise EdgecapError(f"--size / --video-size must be <= 2048, got {max(size, video_size)}")
-    if not isinstance(seed, int) or seed < 0:
-        raise EdgecapError(f"--seed must be a non-negative integer, got {seed!r}")
+    """The options `edgecap data synth` parses, checked again for library callers and training
+    configs ([data.synth]): the same bounds (edgecap.argtypes), the same words."""
+    for name, value, kind in (("--images", n_images, SYNTH_IMAGES), ("--size", size, IMAGE_SIDE),
+                              ("--sequences", sequences, FRAME_COUNT), ("--video-frames", video_frames, FRAME_COUNT),
+                              ("--frames-per-sequence", frames_per_sequence, SEQUENCE_FRAMES),
+                              ("--video-size", video_size, IMAGE_SIDE), ("--seed", seed, SEED)):
+        kind.check(value, name)
     if image_format not in IMAGE_FORMATS:
         raise EdgecapError(f"--format must be one of {', '.join(IMAGE_FORMATS)}, got {image_format!r}")
 
@@ -108,16 +106,13 @@ def generate_dataset(out, n_images: int, seed: int = 0, size: int = 128, sequenc
 def is_world_of(root: str | Path, synth: dict, keys=("seed", "size", "image_format")) -> bool:
     """Whether `root` holds a world `generate_dataset` wrote with these settings (a training
     config's [data.synth]): its synth.json agrees on `keys`."""
-    import json
+    from edgecap.jsonio import json_or_none
 
     root = Path(root)
     meta = root / "synth.json"
     if not (root / "dataset_coco.json").is_file() or not meta.is_file():
         return False
-    try:
-        have = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    have = json_or_none(meta)
     return isinstance(have, dict) and all(have.get(k) == synth.get(k) for k in keys)
 
 

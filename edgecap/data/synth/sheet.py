@@ -8,7 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from edgecap.errors import EdgecapError
+from edgecap.argtypes import SEED, SHEET_GRID, SHEET_TILE
 from edgecap.png import check_target, save_image
 
 from .grammar import captions
@@ -19,8 +19,9 @@ STREAM_SHEET = 6
 
 
 def contact_sheet(out, seed: int = 0, grid: int = 4, size: int = 128, scale: float = 1.25) -> Path:
-    if grid < 1 or size < 32:
-        raise EdgecapError(f"--grid must be >= 1 and --size >= 32, got {grid} and {size}")
+    SHEET_GRID.check(grid, "--grid")
+    SHEET_TILE.check(size, "--size")
+    SEED.check(seed, "--seed")
     check_target(out)
     tile = int(round(size * scale))
     text_h = 46
