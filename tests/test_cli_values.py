@@ -197,3 +197,57 @@ def test_integer_and_number_types_name_their_bounds():
                        (ListOf(Integer(1)), ",")):
         with pytest.raises(argparse.ArgumentTypeError, match="expected "):
             kind(text)
+
+
+# -- the JSON a user can hand edgecap, read through edgecap.jsonio ---------------------------------
+
+def test_a_retrieval_index_json_saved_again_with_a_bom_loads_and_a_damaged_one_is_one_line(tmp_path):
+    from test_retrieval import clustered
+
+    from edgecap.errors import EdgecapError
+    from edgecap.retrieval.index import CaptionIndex
+
+    emb, ids, captions = clustered()
+    CaptionIndex.build(emb, ids, captions, k=3).save(tmp_path / "idx")
+    meta = tmp_path / "idx" / "index.json"
+    meta.write_bytes(b"\xef\xbb\xbf" + meta.read_bytes())  # Notepad's save
+    assert CaptionIndex.load(tmp_path / "idx").image_ids == ids
+    table = tmp_path / "idx" / "captions.json"
+    table.write_bytes(table.read_bytes().replace(b"a", b"\xe9", 1))  # a Latin-1 edit
+    with pytest.raises(EdgecapError) as info:
+        CaptionIndex.load(tmp_path / "idx")
+    assert str(info.value).startswith(f"retrieval index {table}: not UTF-8 text (byte ") and "\n" not in str(info.value)
+    table.write_text("[]")
+    with pytest.raises(EdgecapError, match="must hold JSON objects"):
+        CaptionIndex.load(tmp_path / "idx")
+
+
+def test_a_metrics_log_with_the_half_line_of_a_killed_run_still_reads_and_truncates(tmp_path):
+    from edgecap.train.metrics_log import MetricsLog
+
+    log = MetricsLog(tmp_path / "metrics.jsonl", enabled=True)
+    for step in (1, 2, 3):
+        log.write({"kind": "train", "step": step})
+    with open(log.path, "a", encoding="utf-8") as fh:
+        fh.write('{"kind": "train", "st')  # killed mid-write
+    assert [r["step"] for r in log.records()] == [1, 2, 3]
+    log.truncate_after(2)
+    assert [r["step"] for r in log.records()] == [1, 2]
+
+
+def test_our_bundle_whose_manifest_was_saved_with_a_bom_is_still_ours(tmp_path):
+    from edgecap.io import BUNDLE, check_replaceable
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_bytes(b'\xef\xbb\xbf{"format": "edgecap-bundle"}')
+    (bundle / "encoder.onnx").write_bytes(b"x")
+    check_replaceable(bundle, BUNDLE, force=True)  # replaceable with --force, as before the edit
+
+
+def test_an_m2_vocabulary_text_file_that_is_not_utf8_is_one_line(tmp_path, run_cli, official_m2):
+    weights, _ = official_m2
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes(b"<pad>\n<bos>\ncaf\xe9\n")
+    code, _, err = run_cli("import-m2", "--weights", weights, "--vocab", vocab, "--out", tmp_path / "m2.pt")
+    assert code == 1 and err == f"edgecap import-m2: error: M2 vocabulary {vocab}: not UTF-8 text (byte 15)\n"
