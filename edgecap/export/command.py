@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=SIZES["batch"], help="static image batch of the graphs (default 1)")
     parser.add_argument("--beam", type=SIZES["beam"], help="beams per image in the decoder graph (default 3)")
     parser.add_argument("--precision", help="fp32 | fp16 | int8 (default fp32)")
-    parser.add_argument("--opset", type=Integer(min(SUPPORTED_OPSETS), max(SUPPORTED_OPSETS)), help=f"ONNX opset, one of {', '.join(map(str, SUPPORTED_OPSETS))} (default 17)")
+    parser.add_argument("--opset", type=Integer(), help=f"ONNX opset, one of {', '.join(map(str, SUPPORTED_OPSETS))} (default 17)")
     parser.add_argument("--exporter", help=f"{' | '.join(CHOICES['exporter'])} (default torchscript)")
     parser.add_argument("--samples", type=SIZES["samples"], help="inputs the parity gate runs (default 8)")
     parser.add_argument("--data", help="dataset dir (dataset_coco.json + images/) for parity / calibration inputs "
