@@ -188,6 +188,12 @@ def test_annotations_decode_in_foxglove_on_the_image_they_belong_to(caption_log,
         assert [t["text"] for t in texts] == ["cup", "bottle", record["caption"]]
         assert all(t["font_size"] > 0 and t["text_color"]["a"] == 1 for t in texts)
         assert msg["circles"] == [] and msg["metadata"] == []
+        # each box's class and whether the caption names it, on its outline and its label
+        for outline, label, mention in ((cup, texts[0], "named"), (bottle, texts[1], "not named")):
+            pairs = {p["key"]: p["value"] for p in outline["metadata"]}
+            assert pairs == {"class": label["text"], "mention": mention}
+            assert label["metadata"] == outline["metadata"]
+        assert texts[2]["metadata"] == []
 
 
 def test_annotation_schema_is_foxgloves_own(foxglove_js, caption_view):

@@ -69,7 +69,8 @@ CLEAR = (0.0, 0.0, 0.0, 0.0)
 
 @dataclass(frozen=True)
 class Box:
-    """One object to outline: an inclusive pixel box, a label, an RGBA colour (0..1)."""
+    """One object to outline: an inclusive pixel box, a label, an RGBA colour (0..1), and
+    (key, value) pairs for the annotations' `metadata` lists (its class, whether it is named)."""
 
     left: float
     top: float
@@ -78,6 +79,7 @@ class Box:
     label: str
     rgba: tuple[float, float, float, float]
     thickness: float = 2.0
+    metadata: tuple[tuple[str, str], ...] = ()
 
 
 def string_msg(text: str) -> dict:
@@ -97,14 +99,20 @@ def _point(x: float, y: float) -> dict:
     return {"x": float(x), "y": float(y)}
 
 
-def _text(stamp: dict, x: float, y: float, text: str, size: float, rgba, backdrop) -> dict:
+def _pairs(metadata) -> list[dict]:
+    return [{"key": str(key), "value": str(value)} for key, value in metadata]
+
+
+def _text(stamp: dict, x: float, y: float, text: str, size: float, rgba, backdrop,
+          metadata=()) -> dict:
     return {"timestamp": stamp, "position": _point(x, y), "text": text, "font_size": float(size),
-            "text_color": _color(rgba), "background_color": _color(backdrop), "metadata": []}
+            "text_color": _color(rgba), "background_color": _color(backdrop),
+            "metadata": _pairs(metadata)}
 
 
 def image_annotations(stamp_ns: int, width: int, boxes: list[Box], caption: str | None) -> dict:
-    """foxglove_msgs/ImageAnnotations fields: one closed outline and label per box, and the
-    caption wrapped into lines at the image's top-left.
+    """foxglove_msgs/ImageAnnotations fields: one closed outline and label per box, each with
+    the box's metadata pairs, and the caption wrapped into lines at the image's top-left.
 
     Foxglove's image coordinates put the origin at the top-left corner of the top-left pixel,
     so the inclusive box [l, r] x [t, b] covers l .. r + 1 and t .. b + 1.
@@ -119,9 +127,9 @@ def image_annotations(stamp_ns: int, width: int, boxes: list[Box], caption: str 
                                   _point(left, bottom)],
                        "outline_color": _color(box.rgba), "outline_colors": [],
                        "fill_color": _color(CLEAR), "thickness": float(box.thickness),
-                       "metadata": []})
+                       "metadata": _pairs(box.metadata)})
         texts.append(_text(stamp, left, max(top - 1, font), box.label, font * 0.8, box.rgba,
-                           BACKDROP))
+                           BACKDROP, box.metadata))
     if caption is not None:
         chars = max(16, int(width / (0.55 * font)))
         for i, line in enumerate(textwrap.wrap(caption or "(empty caption)", chars)):

@@ -25,9 +25,10 @@ def record_messages(record: Record) -> tuple[int, list[tuple[str, str, dict]]]:
     header_ns, log_ns = record.stamps_ns()
     boxes = None
     if frame.objects is not None:
-        from .overlay import object_marks
+        from .overlay import MENTION_BY_COLOUR, object_marks
 
-        boxes = [Box(*obj.box, label, (b / 255.0, g / 255.0, r / 255.0, 1.0), float(thick))
+        boxes = [Box(*obj.box, label, (b / 255.0, g / 255.0, r / 255.0, 1.0), float(thick),
+                     (("class", obj.cls), ("mention", MENTION_BY_COLOUR[(b, g, r)])))
                  for obj, label, (b, g, r), thick in object_marks(record)]
     return log_ns, caption_messages(header_ns, frame.image.shape[1], record.caption.text,
                                     record.to_json(), boxes)

@@ -40,6 +40,7 @@ CAPTION_SCALES = (0.6, 0.52, 0.45)  # tried in turn until the caption fits its l
 INFO_SCALE, LABEL_SCALE = 0.45, 0.45
 MARGIN, GAP = 8, 6
 LEGEND = (("named", GREEN), ("soft match", YELLOW), ("not named", GREY))
+MENTION_BY_COLOUR = {color: name for name, color in LEGEND}
 
 
 def object_marks(record: Record) -> list[tuple[KnownObject, str, tuple[int, int, int], int]]:
