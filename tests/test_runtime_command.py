@@ -104,3 +104,14 @@ def test_the_systemd_unit_appends_to_the_jsonl():
 def test_append_needs_a_jsonl_file():
     with pytest.raises(EdgecapError, match="--append adds to the --jsonl file"):
         settings_from_args(_args("b", "--source", "0", "--append"))
+
+
+def test_a_bundle_that_is_not_there_says_what_makes_one(tmp_path, run_cli):
+    """`edgecap run bundles/demo ...` copied from the README before any export."""
+    code, _, err = run_cli("run", tmp_path / "bundles" / "demo", "--source", "0")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert f"bundle {tmp_path / 'bundles' / 'demo'} does not exist: a bundle is the folder `edgecap export" in err
+    assert "edgecap demo` leaves one in demo-out/bundle" in err
+    (tmp_path / "file").write_text("x")
+    code, _, err = run_cli("run", tmp_path / "file", "--source", "0")
+    assert code == 1 and "is not a directory" in err

@@ -413,6 +413,9 @@ def read_manifest(bundle_dir: str | os.PathLike) -> Manifest:
     if root.is_file() and root.suffix in (".pt", ".pth"):
         raise ManifestError(f"{root} is a checkpoint, not a bundle: export it first "
                             f"(edgecap export {shlex.quote(str(root))} --target cpu-ort-fp32 --out BUNDLE_DIR)")
+    if not root.exists():
+        raise ManifestError(f"bundle {root} does not exist: a bundle is the folder `edgecap export "
+                            "CHECKPOINT --out DIR` writes (`edgecap demo` leaves one in demo-out/bundle)")
     if not root.is_dir():
         raise ManifestError(f"bundle {root} is not a directory")
     path = root / MANIFEST_NAME
