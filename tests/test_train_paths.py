@@ -129,7 +129,7 @@ def test_the_shipped_coco_config_says_where_its_missing_data_comes_from(tmp_path
     code, _, err = run_cli("train", "--config", config, "--out", "runs/c", "--quiet")
     assert code == 1 and len(err.strip().splitlines()) == 1
     assert "[data].karpathy = 'data/coco/dataset_coco.json'" in err
-    assert "Karpathy's split file, dataset_coco.json in caption_datasets.zip (docs/training.md#getting-coco)" in err
+    assert "dataset_coco.json in Karpathy's caption_datasets.zip (docs/training.md#getting-coco)" in err
     world = tmp_path / "data" / "coco"
     world.mkdir(parents=True)
     (world / "dataset_coco.json").write_text('{"images": [], "dataset": "coco"}')

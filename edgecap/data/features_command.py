@@ -59,7 +59,9 @@ def read_split_images(split_file: str | Path, images: str | Path, splits: set[st
 
     split_file, images = Path(split_file), Path(images)
     if not split_file.is_file():
-        raise EdgecapError(f"split file {split_file} does not exist")
+        from edgecap.data.karpathy import KARPATHY_SOURCE
+
+        raise EdgecapError(f"split file {split_file} does not exist; {KARPATHY_SOURCE}")
     unknown = sorted(set(splits or ()) - set(FOLD))
     if unknown:
         raise EdgecapError(f"--splits {','.join(unknown)}: not a Karpathy split; expected {', '.join(FOLD)}")

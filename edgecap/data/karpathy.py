@@ -21,6 +21,11 @@ from pathlib import Path
 from edgecap.contract.vocab import tokenize
 from edgecap.errors import EdgecapError
 
+# Where a reader who has never had one gets a split file (docs/training.md#getting-coco).
+KARPATHY_SOURCE = ("COCO's is dataset_coco.json in Karpathy's caption_datasets.zip "
+                   "(docs/training.md#getting-coco); `edgecap data synth` writes one for the "
+                   "synthetic world")
+
 SPLITS = ("train", "val", "test")
 FOLD = {"train": "train", "restval": "train", "val": "val", "test": "test"}  # raw split -> ours
 
@@ -105,7 +110,7 @@ def load_karpathy(
     """
     path = Path(path)
     if not path.is_file():
-        raise EdgecapError(f"Karpathy split file {path} does not exist")
+        raise EdgecapError(f"Karpathy split file {path} does not exist; {KARPATHY_SOURCE}")
     from edgecap.jsonio import read_json
 
     data = read_json(path)

@@ -40,6 +40,8 @@ from edgecap.models.core import sinusoid_table
 from edgecap.models.factory import build_from_config, preset_config
 
 SOURCE = "aimagelab/meshed-memory-transformer"
+M2_SOURCE = (f"the official meshed_memory_transformer.pth and vocab.pkl are linked from the README "
+             f"of {SOURCE} on GitHub (docs/pretrained.md)")
 M2_SPECIALS = {"pad": "<pad>", "bos": "<bos>", "eos": "<eos>", "unk": "<unk>"}
 
 # Buffers of M2's stateful decoding (`register_state`): decoding state, not weights.
@@ -141,7 +143,7 @@ def read_m2_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor]
     """-> (official state dict, scalar metadata such as epoch / best_cider)."""
     path = Path(path)
     if not path.is_file():
-        raise EdgecapError(f"M2 checkpoint {path} does not exist")
+        raise EdgecapError(f"M2 checkpoint {path} does not exist; {M2_SOURCE}")
     try:
         with torch.serialization.safe_globals(_numpy_safe_globals()):
             payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -199,7 +201,7 @@ def read_m2_vocab(path: str | os.PathLike) -> list[str]:
     or a text file with one token per line."""
     path = Path(path)
     if not path.is_file():
-        raise EdgecapError(f"M2 vocabulary {path} does not exist")
+        raise EdgecapError(f"M2 vocabulary {path} does not exist; {M2_SOURCE}")
     where = f"M2 vocabulary {path}"
     if path.suffix == ".json":
         obj = read_json(path, where=where)

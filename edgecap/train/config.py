@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap.config_paths import existing_from_run_start, from_run_start
+from edgecap.data.karpathy import KARPATHY_SOURCE
 from edgecap.errors import EdgecapError, did_you_mean
 from edgecap.jsonio import read_text
 from edgecap.typed import typed
@@ -43,9 +44,7 @@ OPTIMIZERS = ("adam", "adamw")
 BASELINES = ("mean", "greedy")
 # Where a reader who has never had them gets the files [data] names (docs/training.md#getting-coco).
 DATA_SOURCES = {
-    "[data].karpathy": "it is Karpathy's split file, dataset_coco.json in caption_datasets.zip "
-                       "(docs/training.md#getting-coco); `edgecap data synth` writes one for the "
-                       "synthetic world",
+    "[data].karpathy": f"it is a Karpathy split file: {KARPATHY_SOURCE}",
     "[data].features": "region features in M2's layout: coco_detections.hdf5 as the "
                        "meshed-memory-transformer README links it, or `edgecap features extract` "
                        "from the images (docs/training.md#getting-coco)",
