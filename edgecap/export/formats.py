@@ -124,10 +124,26 @@ def get_format(name: str) -> Format:
 
 
 # -- target presets (export/*.toml at the repository root) --------------------------------------
+def installed_preset_dir() -> Path | None:
+    """Where a pip-installed edgecap keeps the presets (pyproject's data-files: <prefix>/share/
+    edgecap/export, wherever the install scheme put <prefix>), or None."""
+    from importlib import metadata
+
+    try:
+        files = metadata.distribution("edgecap").files or []
+    except metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.suffix == ".toml" and file.parts[-4:-1] == ("share", "edgecap", "export"):
+            return Path(file.locate()).resolve().parent
+    return None
+
+
 def preset_dirs() -> list[Path]:
-    here = Path(__file__).resolve().parents[2] / "export"
-    dirs = [Path.cwd() / "export", here]
-    return list(dict.fromkeys(d for d in dirs if d.is_dir()))
+    """export/ in the current directory, then the checkout's, then the installed copy."""
+    checkout = Path(__file__).resolve().parents[2] / "export"
+    dirs = [Path.cwd() / "export", checkout, installed_preset_dir()]
+    return list(dict.fromkeys(d for d in dirs if d is not None and d.is_dir()))
 
 
 def list_presets() -> dict[str, Path]:
