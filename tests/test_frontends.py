@@ -231,8 +231,13 @@ def test_cached_features_train_export_and_run_on_a_video(world, tmp_path, run_cl
     model_cfg = cfg.model_config(50)
     # the captioner's input follows from the file: nothing to copy by hand
     assert (model_cfg.d_in, model_cfg.n_regions, model_cfg.encoder_positions) == (960, 4, "sinusoidal")
-    Trainer(cfg, out=tmp_path / "run", progress=False).run()
+    summary = Trainer(cfg, out=tmp_path / "run", progress=False).run()
     ckpt = tmp_path / "run" / "best.pt"
+    from edgecap.train.command import report
+
+    # the run's last lines suggest the export that gives a camera bundle, not a features one
+    assert f"next: edgecap export {ckpt} --target cpu-ort-fp32 --frontend mobilenet_v3_large --data IMAGES_DIR" \
+        in "\n".join(report(summary))
 
     bundle = tmp_path / "bundle"
     args = ["export", ckpt, "--engine", "onnx", "--batch", 1, "--beam", 2, "--samples", 2,

@@ -72,6 +72,22 @@ def run_dir_and_config(args: argparse.Namespace) -> tuple[str | None, str]:
     return args.resume, args.config if args.config is not None else str(Path(args.resume) / "config.toml")
 
 
+def _next_step(ckpt: dict) -> str:
+    """The export that gives a bundle `edgecap run` can use: a captioner trained on cached
+    features needs the front end that made them (docs/frontends.md) and images for the parity
+    gate; one trained on features edgecap did not make exports as a features bundle."""
+    path = shlex.quote(str(ckpt["path"]))
+    if ckpt.get("takes_images", True):
+        return f"next: edgecap export {path} --target cpu-ort-fp32   (or edgecap caption {path} IMAGE)"
+    made = ckpt.get("features_provenance") or {}
+    if not made.get("backbone"):
+        return (f"next: edgecap export {path} --target cpu-ort-fp32   (a features bundle: its input is "
+                "features like the ones it trained on, not camera frames)")
+    weights = "" if made.get("weights_sha256") == "random" else " --visual-weights WEIGHTS"
+    return (f"next: edgecap export {path} --target cpu-ort-fp32 --frontend {shlex.quote(made['backbone'])}"
+            f"{weights} --data IMAGES_DIR   (the front end that made its features; images for the parity gate)")
+
+
 def report(summary: dict) -> list[str]:
     """The end-of-run lines: how it ended, and which checkpoint to use next."""
     best = summary["best_val_cider_d"]
@@ -84,8 +100,7 @@ def report(summary: dict) -> list[str]:
                "replaces it" if ckpt["validated_at_stop"] else "the best validation so far")
         lines.append(f"checkpoint: {ckpt['path']} (step {ckpt['step']}, {ckpt['phase']}, validation CIDEr-D "
                      f"{ckpt['val_cider_d']:.3f}; {how})")
-        path = shlex.quote(str(ckpt["path"]))
-        lines.append(f"next: edgecap export {path} --target cpu-ort-fp32   (or edgecap caption {path} IMAGE)")
+        lines.append(_next_step(ckpt))
     if summary["stopped"]:
         lines.append(f"continue with the same command and --resume, or: edgecap train --resume {shlex.quote(str(summary['out']))}")
     return lines

@@ -640,7 +640,9 @@ class Trainer:
             return None
         meta = read_payload(path).get("meta", {})
         return {"path": str(path), "step": meta.get("step"), "phase": meta.get("phase"),
-                "val_cider_d": meta.get("val_cider_d"), "validated_at_stop": bool(meta.get("validated_at_stop"))}
+                "val_cider_d": meta.get("val_cider_d"), "validated_at_stop": bool(meta.get("validated_at_stop")),
+                "takes_images": bool(getattr(self.model.visual, "takes_images", False)),
+                "features_provenance": meta.get("features_provenance")}
 
 
 # -- config helpers ------------------------------------------------------------------------
