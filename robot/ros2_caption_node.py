@@ -96,7 +96,11 @@ def ros_class(typename: str):
 
 
 def main(argv=None) -> None:
-    import rclpy
+    try:
+        import rclpy
+    except ModuleNotFoundError:  # rclpy comes with a ROS 2 install, never from pip
+        raise SystemExit("ros2_caption_node: rclpy is not importable: run the node from a shell where "
+                         "ROS 2 is sourced (source /opt/ros/$ROS_DISTRO/setup.bash); robot/README.md") from None
     from rclpy.node import Node
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 

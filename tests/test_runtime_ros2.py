@@ -27,6 +27,21 @@ def test_imports_without_rclpy():
     assert callable(node.main)
 
 
+def test_without_ros_2_sourced_the_node_says_so_in_one_line():
+    """`python3 robot/ros2_caption_node.py --ros-args ...` in a shell without ROS 2: was a
+    ModuleNotFoundError traceback."""
+    import subprocess
+
+    if importlib.util.find_spec("rclpy") is not None:
+        pytest.skip("rclpy is importable here")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--ros-args", "-p", "bundle:=/opt/edgecap/bundle"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "ros2_caption_node: rclpy is not importable: run the node from a shell where ROS 2 is sourced "
+        "(source /opt/ros/$ROS_DISTRO/setup.bash); robot/README.md"]
+
+
 def test_newest_slot_keeps_the_newest_and_counts_drops():
     node = _module()
     slot = node.NewestSlot()
