@@ -18,9 +18,10 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from edgecap.argtypes import BATCH, BEAM, COUNT, POSITIVE, THREADS
+from edgecap.argtypes import BATCH, BEAM, COUNT, FRACTION, POSITIVE, THREADS
 from edgecap.data.acvr import AREAS
 
+from .coco_results import DEFAULT_MIN_SCORE
 from .records import summary_path
 
 
@@ -35,6 +36,8 @@ class RunSettings:
     jsonl: str | None = None
     append: bool = False
     detections: str | None = None
+    categories: str | None = None
+    min_score: float | None = None
     show: bool = False
     save_video: str | None = None
     latency_budget: float | None = None
@@ -54,9 +57,9 @@ class RunSettings:
 
 # Config-file keys: RunSettings fields; these are paths, resolved against the config's folder
 # (a deployed config travels with its bundle; docs/runtime.md says why training configs differ).
-CONFIG_PATHS = ("bundle", "jsonl", "detections", "save_video", "out_mcap", "rerun")
+CONFIG_PATHS = ("bundle", "jsonl", "detections", "categories", "save_video", "out_mcap", "rerun")
 # ... and so is `source` when it names a file or folder (not a camera index or a URL)
-CONFIG_INPUTS = ("bundle", "detections", "source")
+CONFIG_INPUTS = ("bundle", "detections", "categories", "source")
 REPLAY_PACE = {"realtime": "native", "fast": "every"}
 
 
@@ -89,7 +92,15 @@ def add_arguments(parser) -> None:
                              "opens with a {\"kind\": \"run_start\"} line and ends with a "
                              "\"run_end\" line holding its summary")
     parser.add_argument("--detections", default=None, metavar="FILE",
-                        help="objects per frame from an external detector (JSONL: frame_id, objects)")
+                        help="objects per frame from an external detector: JSONL (frame_id, objects) "
+                             "or a COCO detection results JSON (detectron2, mmdetection, ultralytics; "
+                             "image_id = a folder image's file stem, else the frame index)")
+    parser.add_argument("--categories", default=None, metavar="FILE",
+                        help="COCO results: category names from a COCO-format annotation file's "
+                             "\"categories\" or a YOLO data.yaml's names (default: COCO's 80)")
+    parser.add_argument("--min-score", type=FRACTION, default=None, metavar="S",
+                        help=f"COCO results: keep detections scoring at least S (default "
+                             f"{DEFAULT_MIN_SCORE}, detectron2's demo threshold)")
     parser.add_argument("--show", action="store_true", default=None,
                         help="show annotated frames in a window (q or Esc stops)")
     parser.add_argument("--save-video", default=None, metavar="FILE",
@@ -239,7 +250,8 @@ def _check(settings: RunSettings) -> None:
     for name, value, kind in (("--beam", settings.beam, BEAM), ("--batch", settings.batch, BATCH),
                               ("--frames", settings.frames, COUNT), ("--threads", settings.threads, THREADS),
                               ("--max-fps", settings.max_fps, POSITIVE), ("--latency-budget", settings.latency_budget, POSITIVE),
-                              ("--source-fps", settings.source_fps, POSITIVE)):
+                              ("--source-fps", settings.source_fps, POSITIVE),
+                              ("--min-score", settings.min_score, FRACTION)):
         if value is not None:
             kind.check(value, name)
     # outputs are checked before the bundle loads, not found unwritable at the first caption
@@ -300,12 +312,11 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     from edgecap.io import interrupt_delivered, stop_on_signals, write_json_atomic
 
     from .camera import FrameGrabber
-    from .detections import Detections
     from .loop import LoopOptions, run_loop
     from .overlay import VideoSink, Window
     from .records import RUN_END, JsonlWriter, Summary, run_start_record
     from .scoring import CoverageAnnotator
-    from .sources import ACVRSource, SynthSource, make_source
+    from .sources import ACVRSource, FolderSource, SynthSource, make_source
 
     out = out or sys.stdout
     stop = stop or threading.Event()
@@ -314,7 +325,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         raise EdgecapError(f"--batch {settings.batch} exceeds the bundle's static batch "
                            f"{captioner.batch_size} (export with --batch {settings.batch})")
     beam = captioner.check_beam(settings.beam) if settings.beam is not None else captioner.beam
-    detections = Detections(settings.detections, settings.area) if settings.detections else None
+    detections = _detections(settings)
     source = make_source(settings.source, fps=settings.source_fps, topic=settings.topic, area=settings.area)
     if settings.out_mcap:
         _check_out_mcap(settings.out_mcap, source)
@@ -331,8 +342,11 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         sinks.append(lambda r: print(r.human(), file=out, flush=True))
     annotate_objects = None
     if detections is not None:
+        by_name = isinstance(source, FolderSource)  # COCO image_ids name folder images by stem
+
         def annotate_objects(frame):
-            return detections.objects(frame.frame_id, frame.image.shape[1], frame.image.shape[0])
+            return detections.objects(frame.frame_id, frame.image.shape[1], frame.image.shape[0],
+                                      frame.image_id if by_name else None)
 
     options = LoopOptions(batch=settings.batch, max_fps=settings.max_fps,
                           frames=settings.frames, latency_budget_ms=settings.latency_budget)
@@ -359,6 +373,8 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         closing.callback(grabber.close)  # joins the thread, then releases the device
         if getattr(source, "note", None):
             _log(source.note)
+        if detections is not None and detections.note:
+            _log(f"--detections {settings.detections}: {detections.note}")
         if settings.jsonl:
             jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
             if settings.append:
@@ -392,9 +408,41 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
                 interrupt_delivered()
                 summary.stopped_by = "signal"
     print(summary.human(), file=out, flush=True)
+    if detections is not None:
+        _report_unmatched(detections, settings.detections)
     if settings.jsonl:
         write_json_atomic(summary_path(settings.jsonl), summary.to_json())
     return summary, (str(grabber.error) if grabber.error is not None else None)
+
+
+def _detections(settings: RunSettings):
+    from edgecap.errors import EdgecapError
+
+    from .detections import Detections
+
+    if not settings.detections:
+        for flag, value in (("--categories", settings.categories), ("--min-score", settings.min_score)):
+            if value is not None:
+                raise EdgecapError(f"{flag} applies to a --detections file; none was given")
+        return None
+    min_score = DEFAULT_MIN_SCORE if settings.min_score is None else settings.min_score
+    categories = None
+    if settings.categories:
+        from edgecap.data.coco_categories import load_categories
+
+        categories = load_categories(settings.categories)
+    return Detections(settings.detections, settings.area, min_score=min_score, categories=categories)
+
+
+def _report_unmatched(detections, path: str) -> None:
+    """Detections of images the run never captioned: a misnamed folder or a results file for
+    another split shows up here instead of as silently missing coverage."""
+    unmatched = detections.unmatched()
+    if unmatched:
+        what = "image_ids" if detections.coco else "frame_ids"
+        shown = ", ".join(repr(k) for k in unmatched[:5]) + (", ..." if len(unmatched) > 5 else "")
+        _log(f"--detections {path}: {len(unmatched)} of {len(detections)} {what} matched no captioned "
+             f"frame ({shown})")
 
 
 def _check_out_mcap(path: str, source) -> None:

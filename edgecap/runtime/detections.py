@@ -1,4 +1,5 @@
-"""`--detections FILE`: objects per frame from an external detector, as JSON Lines.
+"""`--detections FILE`: objects per frame from an external detector, as edgecap's JSON Lines or
+as a COCO detection results array (coco_results.py), told apart by the content.
 
 One line per frame:
 
@@ -16,20 +17,21 @@ loader does (tvmonitor -> television).
 
 from __future__ import annotations
 
-import math
+import json
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
-from edgecap.jsonio import json_lines, read_bytes
+from edgecap.jsonio import BOM, json_lines, read_bytes
 
+from .coco_results import (
+    DEFAULT_MIN_SCORE,
+    image_key,
+    is_coco_results,
+    mask_fraction,
+    read_coco_results,
+)
+from .coco_results import finite_number as _number
 from .sources import KnownObject
-
-
-def _number(value, where: str) -> float:
-    # json.loads reads NaN and Infinity, which a detector's writer emits for a degenerate box
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise EdgecapError(f"{where}: expected a finite number, got {value!r}")
-    return float(value)
 
 
 def _object(obj, where: str) -> tuple[str, tuple[float, float, float, float], float | None]:
@@ -54,16 +56,64 @@ def _object(obj, where: str) -> tuple[str, tuple[float, float, float, float], fl
     return canonical_class(cls), (left, top, right, bottom), area
 
 
-class Detections:
-    """{frame_id: objects} read from a JSONL file; each object's coverage area by `area`."""
+def _has_pycocotools() -> bool:
+    import importlib.util
 
-    def __init__(self, path: str | Path, area: str = "box"):
+    return importlib.util.find_spec("pycocotools") is not None
+
+
+def _results_array(raw: bytes):
+    """The parsed document when the whole file is one JSON array, else None (JSON Lines)."""
+    text = raw[len(BOM):] if raw.startswith(BOM) else raw
+    if not text.lstrip().startswith(b"["):
+        return None
+    try:
+        return json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+class Detections:
+    """{frame: objects} read from a detections file; each object's coverage area by `area`.
+
+    JSON Lines files key frames by frame_id (the frame's position in the source); COCO results
+    by image_id, which is a folder image's file stem (`by_name`) or else the frame's position.
+    """
+
+    def __init__(self, path: str | Path, area: str = "box", min_score: float = DEFAULT_MIN_SCORE,
+                 categories=None):
         from edgecap.data.acvr import check_area
+        from edgecap.data.coco_categories import COCO
 
         self.path = Path(path)
         self.area = check_area(area)
-        self._frames: dict[int, list] = {}
-        for line in json_lines(read_bytes(self.path, where=f"--detections {self.path}")):
+        self.note = ""
+        self._frames: dict[int | str, list] = {}
+        self._seen: set[int | str] = set()
+        self._measure_masks = False
+        raw = read_bytes(self.path, where=f"--detections {self.path}")
+        doc = _results_array(raw)
+        self.coco = doc is not None
+        if self.coco:
+            if not is_coco_results(doc):
+                raise EdgecapError(f"--detections {self.path}: a JSON array, but not COCO detection results "
+                                   "(expected [{\"image_id\", \"category_id\", \"bbox\": [x, y, w, h], \"score\"}, ...])")
+            frames, skipped = read_coco_results(doc, f"--detections {self.path}", categories or COCO, min_score)
+            self._frames = {key: [(o.cls, o.box, o.segmentation) for o in objs] for key, objs in frames.items()}
+            self.note = skipped.note(min_score)
+            if any(seg is not None for objs in self._frames.values() for *_, seg in objs):
+                self._measure_masks = _has_pycocotools()
+                if self.area == "pixels" and not self._measure_masks:
+                    from edgecap.errors import require
+
+                    require("pycocotools.mask", "coco", "the area of a detection's segmentation")
+        else:
+            self._read_lines(raw)
+        if not self._frames:
+            raise EdgecapError(f"--detections {self.path}: no frames in the file")
+
+    def _read_lines(self, raw: bytes) -> None:
+        for line in json_lines(raw):
             where = f"--detections {self.path}:{line.number}"
             if not line.utf8:
                 raise EdgecapError(f"{where}: not UTF-8 text")
@@ -81,15 +131,35 @@ class Detections:
             if frame_id in self._frames:
                 raise EdgecapError(f"{where}: frame_id {frame_id} appears twice")
             self._frames[frame_id] = [_object(o, f"{where} object {i}") for i, o in enumerate(objects)]
-        if not self._frames:
-            raise EdgecapError(f"--detections {self.path}: no frames in the file")
 
     def __len__(self) -> int:
         return len(self._frames)
 
-    def objects(self, frame_id: int, width: int, height: int) -> list[KnownObject] | None:
+    def frame_key(self, frame_id: int, image_name: str | None = None) -> int | str:
+        """A COCO image_id names a folder image by its file stem; everything else is the
+        frame's position in the source."""
+        if self.coco and image_name is not None:
+            return image_key(Path(image_name).stem)
+        return int(frame_id)
+
+    def objects(self, frame_id: int, width: int, height: int,
+                image_name: str | None = None) -> list[KnownObject] | None:
         """The frame's objects, or None when the file says nothing about this frame."""
-        entry = self._frames.get(int(frame_id))
+        key = self.frame_key(frame_id, image_name)
+        entry = self._frames.get(key)
         if entry is None:
             return None
-        return [KnownObject.measured(cls, box, mask_area, width, height, self.area) for cls, box, mask_area in entry]
+        self._seen.add(key)
+        return [KnownObject.measured(cls, box, self._mask_area(mask, width, height), width, height, self.area)
+                for cls, box, mask in entry]
+
+    def _mask_area(self, mask, width: int, height: int) -> float | None:
+        if mask is None or isinstance(mask, float):
+            return mask
+        # measured even for --area box when pycocotools is there: the records then carry
+        # pixel_area, and `eval coverage --records --area pixels` can re-score the run
+        return mask_fraction(mask, width, height) if self._measure_masks else None
+
+    def unmatched(self) -> list[int | str]:
+        """The file's frames / image_ids that no captioned frame has asked for yet."""
+        return sorted((k for k in self._frames if k not in self._seen), key=lambda k: (isinstance(k, str), k))
