@@ -27,18 +27,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from edgecap.data.classes import ACVR_CLASSES, CLASS_NAME_ALIASES, NOUN_SYNONYMS
+from edgecap.data.classes import ACVR_CLASSES, CLASS_NAME_ALIASES, NOUN_SYNONYMS, canonical_class
+from edgecap.data.coco_categories import COCO_CATEGORIES
 
-# The COCO categories that are not ACVR classes (names as in COCO's instances files).
-COCO_EXTRA_CLASSES: tuple[str, ...] = (
-    "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",
-    "traffic light", "fire hydrant", "stop sign", "parking meter", "bench", "bird", "cat",
-    "dog", "horse", "sheep", "cow", "elephant", "bear", "zebra", "giraffe", "backpack",
-    "umbrella", "handbag", "tie", "suitcase", "frisbee", "skis", "snowboard", "sports ball",
-    "kite", "baseball bat", "baseball glove", "skateboard", "surfboard", "tennis racket",
-    "sandwich", "broccoli", "carrot", "hot dog", "pizza", "donut", "remote", "vase",
-    "scissors", "teddy bear", "hair drier", "toothbrush",
-)
+# The COCO categories that are not ACVR classes (names as in COCO's instances files, in their
+# id order), from the one table of COCO's categories.
+COCO_EXTRA_CLASSES: tuple[str, ...] = tuple(
+    name for name in COCO_CATEGORIES.values() if canonical_class(name) not in ACVR_CLASSES)
 COCO_CLASSES: tuple[str, ...] = tuple(ACVR_CLASSES) + COCO_EXTRA_CLASSES
 
 # Caption words for the non-ACVR COCO classes (ACVR words live in classes.NOUN_SYNONYMS).
