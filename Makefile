@@ -21,7 +21,7 @@ $(PY):
 
 $(STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PIP) install --quiet -c constraints.txt torch==2.14.1 torchvision==0.29.1
-	$(PIP) install --quiet -c constraints.txt -e ".[train,nlp,eval,ros,rerun,dev]"
+	$(PIP) install --quiet -c constraints.txt -e ".[train,nlp,eval,ros,rerun,coco,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
