@@ -35,8 +35,37 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _Bounded:
+    """Parsing and checking shared by Integer and Number: `convert` reads the text, `admits`
+    and `expected` say what the range allows."""
+
+    convert = int
+    shows_text = False  # out-of-range: echo the converted value (Integer) or the text (Number)
+
+    def expected(self) -> str:
+        raise NotImplementedError
+
+    def admits(self, value) -> bool:
+        raise NotImplementedError
+
+    def __call__(self, text: str):
+        try:
+            value = self.convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {self.expected()}, got {text!r}") from None
+        if not self.admits(value):
+            raise argparse.ArgumentTypeError(f"expected {self.expected()}, got {text if self.shows_text else value}")
+        return value
+
+    def check(self, value, where: str):
+        """`value` (from a config file or a caller), or the one-line error "<where> <value>: expected ..."."""
+        if not self.admits(value):
+            raise EdgecapError(f"{where} {value!r}: expected {self.expected()}")
+        return value
+
+
 @dataclass(frozen=True)
-class Integer:
+class Integer(_Bounded):
     """An integer in low..high (either end open when None)."""
 
     low: int | None = None
@@ -53,29 +82,16 @@ class Integer:
         return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
                 and (self.low is None or value >= self.low) and (self.high is None or value <= self.high))
 
-    def __call__(self, text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {self.expected()}, got {text!r}") from None
-        if not self.admits(value):
-            raise argparse.ArgumentTypeError(f"expected {self.expected()}, got {value}")
-        return value
-
-    def check(self, value, where: str):
-        """`value` (from a config file or a caller), or the one-line error "<where> <value>: expected ..."."""
-        if not self.admits(value):
-            raise EdgecapError(f"{where} {value!r}: expected {self.expected()}")
-        return value
-
 
 @dataclass(frozen=True)
-class Number:
+class Number(_Bounded):
     """A finite number >= low (or > above) and <= high (each bound optional)."""
 
     low: float | None = None
     high: float | None = None
     above: float | None = None
+    convert = float
+    shows_text = True
 
     def expected(self) -> str:
         parts = [f">= {self.low}" if self.low is not None else "", f"> {self.above}" if self.above is not None else "",
@@ -86,20 +102,6 @@ class Number:
         return (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
                 and (self.low is None or value >= self.low) and (self.above is None or value > self.above)
                 and (self.high is None or value <= self.high))
-
-    def __call__(self, text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {self.expected()}, got {text!r}") from None
-        if not self.admits(value):
-            raise argparse.ArgumentTypeError(f"expected {self.expected()}, got {text}")
-        return value
-
-    def check(self, value, where: str):
-        if not self.admits(value):
-            raise EdgecapError(f"{where} {value!r}: expected {self.expected()}")
-        return value
 
 
 @dataclass(frozen=True)
