@@ -514,7 +514,7 @@ def main(argv=None) -> int:
     if args.replot:
         write_outputs(json.loads((out / "pipeline.json").read_text()), out)
         return 0
-    from tqdm import tqdm
+    from edgecap.progress import progress_bar
 
     keep = bool(args.workdir)
     workdir = Path(args.workdir) if keep else Path(tempfile.mkdtemp(prefix="edgecap-pipeline-"))
@@ -531,7 +531,7 @@ def main(argv=None) -> int:
     # also when this part is interrupted
     rows += [row for key, row in done.items() if key not in {c.key for c in todo}]
     try:
-        with tqdm(total=len(todo), desc="pipeline", unit="config", file=sys.stderr) as bar:
+        with progress_bar(total=len(todo), desc="pipeline", unit="config") as bar:
             for (frontend, captioner), group in groups.items():
                 kept = [done[c.key] for c in group if c.key in done]
                 rows += kept

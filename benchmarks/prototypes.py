@@ -185,14 +185,14 @@ def main(argv=None) -> int:
     banks, counts = args.banks, args.counts
 
     import torch
-    from tqdm import tqdm
 
     from edgecap.io import write_json_atomic
+    from edgecap.progress import progress_bar
 
     torch.set_num_threads(os.cpu_count() or 1)
     rows = []
     cells = [(n, m) for n in banks for m in counts if n > m]
-    for n, m in tqdm(cells, desc="prototype refresh", disable=args.quick):
+    for n, m in progress_bar(cells, quiet=args.quick, desc="prototype refresh"):
         rows.extend(run_cell(n, m, args))
 
     header = f"{'method':>6} {'bank':>7} {'m':>5} {'refresh ms':>11} {'kmeans ms':>10} {'knn ms':>8} {'objective':>10} {'speed-up':>8}"

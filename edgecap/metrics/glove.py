@@ -121,26 +121,13 @@ def _open_bytes(path: Path) -> Iterator[IO[bytes]]:
             yield fh
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def _progress(path: Path):
     """A bytes progress bar on a terminal: glove.840B.300d.txt (5.6 GB) parses for minutes."""
-    try:
-        from tqdm import tqdm
-    except ImportError:  # tqdm is optional on a robot install
-        return _NoBar()
+    from edgecap.progress import progress_bar
+
     plain = _compression(path) is None  # else the decompressed size is unknown up front
-    return tqdm(total=path.stat().st_size if plain else None, unit="B", unit_scale=True, leave=False,
-                desc=f"reading {path.name}", disable=None, miniters=1 << 20)
+    return progress_bar(total=path.stat().st_size if plain else None, unit="B", unit_scale=True, leave=False,
+                        desc=f"reading {path.name}", miniters=1 << 20)
 
 
 def _word2vec_header(parts: list[bytes]) -> int | None:

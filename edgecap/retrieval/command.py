@@ -16,6 +16,7 @@ from pathlib import Path
 
 from edgecap.argtypes import BATCH, Integer
 from edgecap.errors import EdgecapError
+from edgecap.progress import progress_bar
 
 NEIGHBOURS = Integer(1, 1000)  # stored per indexed image (RA-Transformer retrieves k = 5..10)
 
@@ -36,12 +37,7 @@ def add_arguments(parser) -> None:
     p.add_argument("-k", "--k", type=NEIGHBOURS, default=10, help="neighbours stored per indexed image (default 10)")
     p.add_argument("--batch-size", type=BATCH, default=32, help="--checkpoint: images per forward pass (default 32)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
-
-
-def _progress(total: int, desc: str, enabled: bool = True):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="img", leave=False, disable=not enabled)
+    p.add_argument("--quiet", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
 
 
 def feature_embeddings(path: str, items, progress: bool = True) -> tuple:
@@ -52,7 +48,7 @@ def feature_embeddings(path: str, items, progress: bool = True) -> tuple:
 
     store = FeatureStore(path)
     out = []
-    with store, _progress(len(items), "embed", progress) as bar:
+    with store, progress_bar(total=len(items), quiet=not progress, desc="embed", unit="img", leave=False) as bar:
         for item in items:
             out.append(image_embeddings(store.raw(item.image_id)[None])[0])
             bar.update(1)
@@ -86,7 +82,7 @@ def model_embeddings(model, root: str, items, batch_size: int, progress: bool = 
     model.visual.eval()
     out = []
     try:
-        with _progress(len(items), "embed", progress) as bar:
+        with progress_bar(total=len(items), quiet=not progress, desc="embed", unit="img", leave=False) as bar:
             for start in range(0, len(items), batch_size):
                 chunk = items[start : start + batch_size]
                 images = []
@@ -106,7 +102,7 @@ def model_embeddings(model, root: str, items, batch_size: int, progress: bool = 
     return np.concatenate(out)
 
 
-def checkpoint_embeddings(checkpoint: str, root: str, items, batch_size: int) -> tuple:
+def checkpoint_embeddings(checkpoint: str, root: str, items, batch_size: int, progress: bool = True) -> tuple:
     from edgecap.models.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(checkpoint)
@@ -115,7 +111,7 @@ def checkpoint_embeddings(checkpoint: str, root: str, items, batch_size: int) ->
         raise EdgecapError(
             f"checkpoint {checkpoint} reads precomputed features (visual.kind={vc.kind!r}); use --features"
         )
-    emb = model_embeddings(model, root, items, batch_size)
+    emb = model_embeddings(model, root, items, batch_size, progress)
     info = {"source": "checkpoint", "file": Path(checkpoint).name, "visual": vc.kind,
             "visual_sha256": visual_fingerprint(model)}
     return emb, info
@@ -142,9 +138,9 @@ def run(args) -> int:
         raise EdgecapError(f"split file {args.split_file} has no images in splits {splits}")
     start = time.perf_counter()
     if args.features:
-        emb, info = feature_embeddings(args.features, items)
+        emb, info = feature_embeddings(args.features, items, progress=not args.quiet)
     else:
-        emb, info = checkpoint_embeddings(args.checkpoint, args.images, items, args.batch_size)
+        emb, info = checkpoint_embeddings(args.checkpoint, args.images, items, args.batch_size, not args.quiet)
     embed_seconds = time.perf_counter() - start
     index = CaptionIndex.build(emb, [i.image_id for i in items], [i.caption_strings() for i in items],
                                kind=args.kind, k=args.k, embedding_info={**info, "splits": splits})

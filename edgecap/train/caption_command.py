@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from edgecap.argtypes import BATCH, BEAM, Integer, Number
+from edgecap.progress import progress_bar
 
 COCO_NAME = re.compile(r"(?:COCO_[A-Za-z]+\d*_)?0*(\d+)")
 
@@ -104,7 +105,7 @@ def run(args) -> int:
 
     from edgecap.contract.beam import DecodeOptions
     from edgecap.contract.preprocess import preprocess_as
-    from edgecap.errors import EdgecapError, require
+    from edgecap.errors import EdgecapError
     from edgecap.io import write_json_atomic
     from edgecap.models.checkpoint import load_checkpoint
     from edgecap.train.captioning import caption_batch, retrieval_for
@@ -127,9 +128,7 @@ def run(args) -> int:
         raise EdgecapError(f"--beam {args.beam}: expected 1..{ckpt.config.vocab_size} (the model's vocabulary)")
     options = DecodeOptions(beam_size=args.beam, max_len=max_len, length_penalty=args.length_penalty)
     retrieval = retrieval_for(ckpt)
-    tqdm = require("tqdm", "train", "progress bars").tqdm
-    bar = tqdm(total=len(paths), desc="caption", unit="img", file=sys.stderr, dynamic_ncols=True,
-               disable=args.quiet or not sys.stderr.isatty())
+    bar = progress_bar(total=len(paths), quiet=args.quiet, desc="caption", unit="img")
     results = []
     with bar:
         for start in range(0, len(paths), args.batch):

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: [run].device (auto)")
     parser.add_argument("--visual-weights", dest="visual_weights", default=None,
                         help="local weights of the [model].visual front end (open_clip or torchvision state dict)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -46,11 +46,12 @@ from edgecap.data.datasets import (
     collate,
 )
 from edgecap.data.karpathy import KarpathySplits, load_karpathy
-from edgecap.errors import EdgecapError, require
+from edgecap.errors import EdgecapError
 from edgecap.io import atomic_path, probe_writable, write_json_atomic, write_text_atomic
 from edgecap.jsonio import read_json
 from edgecap.models.checkpoint import read_payload, save_checkpoint
 from edgecap.models.factory import build_from_config
+from edgecap.progress import progress_bar
 from edgecap.train.config import TrainConfig, load_config, parse_config, to_toml
 from edgecap.train.metrics_log import MetricsLog, plot_curves
 from edgecap.train.process import (
@@ -580,12 +581,11 @@ class Trainer:
 
     def _run_phase(self, phase: str) -> bool:
         """Train the remaining epochs of `phase`; True when --max-steps stopped the run."""
-        tqdm = require("tqdm", "train", "progress bars").tqdm
         s = self.state
         epochs = self._phase_epochs(phase)
         per_epoch = self.sampler.batches_per_epoch()
-        self.bar = tqdm(total=epochs * per_epoch, initial=s.epoch * per_epoch + s.batch, desc=phase,
-                        unit="step", disable=not (self.progress and self.is_main), dynamic_ncols=True)
+        self.bar = progress_bar(total=epochs * per_epoch, initial=s.epoch * per_epoch + s.batch, desc=phase,
+                                unit="step", quiet=not (self.progress and self.is_main))
         try:
             while s.epoch < epochs:
                 self.sampler.set_epoch(s.epoch, start=s.batch)

@@ -19,6 +19,7 @@ import numpy as np
 from edgecap.argtypes import FRAME_COUNT, IMAGE_SIDE, SEED, SEQUENCE_FRAMES, SYNTH_IMAGES
 from edgecap.errors import EdgecapError, require
 from edgecap.io import SYNTHETIC_WORLD, atomic_dir, check_replaceable, probe_writable
+from edgecap.progress import progress_bar
 
 from .grammar import captions
 from .scene import render, sample_scene
@@ -79,9 +80,8 @@ def generate_dataset(out, n_images: int, seed: int = 0, size: int = 128, sequenc
     out = Path(out)
     check_replaceable(out, SYNTHETIC_WORLD, force)  # before the slow part
     probe_writable(out)
-    tqdm = require("tqdm", "train", "progress bars").tqdm
     total = n_images + sequences * frames_per_sequence + video_frames
-    bar = tqdm(total=total, desc="synth", unit="img", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total=total, quiet=not progress, desc="synth", unit="img")
     try:
         with atomic_dir(out, SYNTHETIC_WORLD, force=force) as tmp:
             images = _write_karpathy(tmp, n_images, seed, size, image_format, bar)
