@@ -1,7 +1,7 @@
 """Caption latency vs batch size across models and backends, against the hardware limit.
 
     python benchmarks/latency.py [--models smart,smart-nomem,pma-edge,m2,transformer,updown]
-        [--backends torch-nocache,torch,onnxruntime,onnxruntime-int8,tensorrt,onnxruntime-int8-wo]
+        [--backends m2-official,torch-nocache,torch,onnxruntime,onnxruntime-int8,tensorrt,onnxruntime-int8-wo]
         [--batch-sizes 1,2,4,8,16,32,64] [--beam 1,3,5] [--repeats N] [--out DIR] [--quick] [--append]
 
 Reproduces and extends Fig. 3 of the SMArT paper. Every backend gets the same weights (random,
@@ -10,9 +10,11 @@ so every backend does the same number of steps (`--stop-at-eos` lets them stop a
 Each row: median and p10/p90 of the whole batch's time after warm-up, split into encoder and
 decode, ms per caption, captions/s, the ratio to the measured lower bound of this machine, and
 for the static-cache decoders the mean time per step split into graph (the decoder step itself),
-cache write, beam reorder and search (the host's beam search around them). `torch-nocache`
-decodes as the official M2 code's research setting is usually re-run: the whole prefix every
-step, full-precision weights; the tables report every backend's speed-up over it.
+cache write, beam reorder and search (the host's beam search around them). `m2-official` is
+the official M² code's own beam search on the same weights (_official_m2.py: cross keys and
+values projected again every step for every beam, every state gathered after every step; M²-
+structured models only); `torch-nocache` re-runs the whole prefix every step over cached cross
+keys and values, full-precision weights. The tables report every backend's speed-up over both.
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ VOCAB = Integer(8, 1_000_000)    # words of the timed models (above the special 
 
 ALL_MODELS = ("smart", "smart-nomem", "pma-edge", "m2", "transformer", "updown")
 EXTRA_MODELS = ("rat", "acf")
-COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")  # one per backend, every plot
+COLORS = ("tab:pink", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")  # one per backend, every plot
 # onnxruntime-int8-wo: the bundle of `export --quantize weight-only` (the step's MatMulNBits), not in the default sweep
-ALL_BACKENDS = ("torch-nocache", "torch", "onnxruntime", "onnxruntime-int8", "tensorrt", "onnxruntime-int8-wo")
+ALL_BACKENDS = ("m2-official", "torch-nocache", "torch", "onnxruntime", "onnxruntime-int8", "tensorrt", "onnxruntime-int8-wo")
+# the references every other backend's speed-up is reported against, with their column names
+REFERENCES = {"m2-official": "official", "torch-nocache": "prefix re-run"}
 QUANTIZE = {"onnxruntime-int8": "dynamic", "onnxruntime-int8-wo": "weight-only"}
 QUICK = {"models": "smart,m2", "batch_sizes": "2", "beam": "1,3"}  # tiny models: seconds, not minutes
 PARTS = ("graph", "write", "reorder")  # timed per step; search = the decode time left over
@@ -62,7 +66,7 @@ class Setting:
 def parse_args(argv=None):
     p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=None, help=f"default {','.join(ALL_MODELS)} ({QUICK['models']} with --quick)")
-    p.add_argument("--backends", default="torch-nocache,torch,onnxruntime,onnxruntime-int8,tensorrt")
+    p.add_argument("--backends", default="m2-official,torch-nocache,torch,onnxruntime,onnxruntime-int8,tensorrt")
     p.add_argument("--batch-sizes", type=ListOf(BATCH), default=None, help=f"default 1,2,4,8,16,32,64 ({QUICK['batch_sizes']} with --quick)")
     p.add_argument("--beam", type=ListOf(BEAM), default=None, help=f"default 1,3,5 ({QUICK['beam']} with --quick)")
     p.add_argument("--repeats", type=COUNT, default=5)
@@ -218,6 +222,23 @@ class TorchRunner:
         return beam_search(stepper, self.feats.shape[0], self.options, cfg.bos_id, cfg.eos_id, cfg.pad_id)
 
 
+class OfficialRunner:
+    """The official M² code's beam search (_official_m2.py); like the official code it always
+    runs max_len steps, finished beams frozen."""
+
+    def __init__(self, model, feats, mask, beam):
+        from _official_m2 import OfficialM2Decoding
+
+        self.decoding = OfficialM2Decoding(model, beam, model.cfg.max_len)
+        self.feats, self.mask = feats, mask
+
+    def encode(self):
+        self.decoding.encode(self.feats, self.mask)
+
+    def decode(self):
+        return self.decoding.decode()
+
+
 class BundleRunner:
     """The exported bundle through edgecap.runtime (onnxruntime or TensorRT), as `Bundle.decode`
     runs it: one stepper per beam size, reset for every batch of images."""
@@ -282,7 +303,14 @@ def run_setting(s: Setting, model, args, workdir: Path, bound: dict, retrieval: 
     row = {"model": s.model, "backend": s.backend, "batch": s.batch, "beam": s.beam}
     options = DecodeOptions(beam_size=s.beam, max_len=model.cfg.max_len, stop_at_eos=args.stop_at_eos)
     feats, mask, extra = inputs(model, s.batch)
-    if s.backend in ("torch", "torch-nocache"):
+    if s.backend == "m2-official":
+        from _official_m2 import supports
+
+        reason = supports(model.cfg)
+        if reason:
+            return {**row, "status": "skipped", "reason": reason}
+        runner = OfficialRunner(model, feats, mask, s.beam)
+    elif s.backend in ("torch", "torch-nocache"):
         if s.backend == "torch-nocache" and model.cfg.decoder == "lstm":
             return {**row, "status": "skipped", "reason": "an LSTM has no prefix to re-run"}
         runner = TorchRunner(model, feats, mask, extra, s.beam, options, use_cache=s.backend == "torch")
@@ -446,21 +474,22 @@ def plot_steps(ok: list[dict], out: Path, plt) -> Path:
 
 def markdown(rows: list[dict]) -> str:
     """ms per caption (x bound) per model, batch and beam, one column per backend, with the
-    speed-ups over torch-nocache (the official code's decoding); then the per-step breakdown."""
+    speed-ups over each reference (REFERENCES) measured; then the per-step breakdown."""
     ok = [r for r in rows if r["status"] == "ok"]
     backends = [b for b in ALL_BACKENDS if any(r["backend"] == b for r in ok)]
-    faster = [b for b in ("torch", "onnxruntime", "onnxruntime-int8", "onnxruntime-int8-wo") if b in backends]
+    references = [b for b in REFERENCES if b in backends]
+    ratios = [(b, ref) for ref in references for b in backends
+              if b not in references[: references.index(ref) + 1]]
     lines = ["| model | batch | beam | " + " | ".join(backends)
-             + "".join(f" | {b} vs official" for b in faster) + " |",
-             "|---" * (len(backends) + len(faster) + 3) + "|"]
+             + "".join(f" | {b} vs {REFERENCES[ref]}" for b, ref in ratios) + " |",
+             "|---" * (len(backends) + len(ratios) + 3) + "|"]
     seen = sorted({(r["model"], r["batch"], r["beam"]) for r in ok}, key=setting_order)
     for model, batch, beam in seen:
         cell = {r["backend"]: r for r in ok if (r["model"], r["batch"], r["beam"]) == (model, batch, beam)}
         texts = [f"{cell[b]['ms_per_caption']:.1f} ({cell[b]['ratio_to_bound']:.1f}x)" if b in cell else "–"
                  for b in backends]
-        official = cell.get("torch-nocache")
-        texts += [f"{official['ms_per_caption'] / cell[b]['ms_per_caption']:.1f}x" if official and b in cell else "–"
-                  for b in faster]
+        texts += [f"{cell[ref]['ms_per_caption'] / cell[b]['ms_per_caption']:.1f}x" if ref in cell and b in cell else "–"
+                  for b, ref in ratios]
         lines.append(f"| {model} | {batch} | {beam} | " + " | ".join(texts) + " |")
     steps = sorted((r for r in ok if r.get("step_ms")),
                    key=lambda r: (*setting_order((r["model"], r["batch"] * r["beam"], r["batch"])),
