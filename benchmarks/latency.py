@@ -548,12 +548,12 @@ def main(argv=None) -> int:
     flops = matmul_throughput(256 if args.quick else 1024)
     print(f"memory bandwidth {bandwidth / 1e9:.1f} GB/s, fp32 matmul {flops / 1e9:.1f} GFLOP/s", flush=True)
     rows = []
-    from tqdm import tqdm
+    from edgecap.progress import progress_bar
 
     with tempfile.TemporaryDirectory(prefix="edgecap-latency-") as tmp:
         workdir = Path(tmp)
         plan = [Setting(m, b, n, k) for m in args.models for n in args.batch_sizes for k in args.beams for b in args.backends]
-        bar = tqdm(total=len(plan), desc="settings", unit="setting")
+        bar = progress_bar(total=len(plan), desc="settings", unit="setting")
         for name in args.models:
             model = build_model(name, args)
             mine = [s for s in plan if s.model == name]

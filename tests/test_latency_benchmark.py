@@ -15,6 +15,7 @@ def test_latency_quick_writes_table_csv_json_and_plots(tmp_path):
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "x bound" in run.stdout and "captions/s" in run.stdout
+    assert "setting/s" not in run.stderr and "settings:" not in run.stderr  # no bar drawn into a pipe
     report = json.loads((out / "latency.json").read_text())
     rows = {(r["model"], r["backend"]): r for r in report["rows"]}
     assert rows[("smart", "torch")]["status"] == "ok"
