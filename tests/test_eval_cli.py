@@ -1,5 +1,6 @@
 """`edgecap eval coverage | coco | chair` end to end on small ACVR / Karpathy fixtures."""
 
+import io
 import json
 import subprocess
 import sys
@@ -343,3 +344,43 @@ def test_coverage_draws_no_bar_into_a_captured_stderr(acvr, captions, capsys):
     assert main(["eval", "coverage", "--captions", str(captions[0]), "--acvr", str(acvr), "--no-plot"]) == 0
     err = capsys.readouterr().err
     assert "ACVR sequences" not in err and "coverage good" not in err and "\r" not in err
+
+
+@pytest.mark.parametrize("command", ["coverage", "chair"])
+def test_coco_results_against_acvr_say_how_to_caption_the_frames(acvr, tmp_path, command):
+    """The file `edgecap caption IMAGES --json` writes for COCO images (integer COCO ids) can
+    never match ACVR's <sequence>/<frame> ids: one line, exit 1, and what to run instead."""
+    if command == "coverage":
+        pytest.importorskip("spacy")
+    preds = tmp_path / "val_captions.json"
+    preds.write_text(json.dumps([{"image_id": 391895, "caption": "a man riding a bike"},
+                                 {"image_id": 522418, "caption": "a woman cutting a cake"}]))
+    done = subprocess.run([sys.executable, "-m", "edgecap", "eval", command, "--captions", str(preds),
+                           "--acvr", str(acvr)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stdout == ""
+    err = done.stderr.strip()
+    assert "\n" not in err
+    assert f"none of its 2 image ids is an ACVR frame under {acvr}" in err and "first seen '391895'" in err
+    assert f"caption the ACVR frames with edgecap run BUNDLE --source {acvr} --jsonl FILE" in err
+
+
+def test_run_over_acvr_then_eval_coverage_as_the_docs_say(tmp_path):
+    """docs/coverage.md: `edgecap run BUNDLE --source ACVR_ROOT --jsonl F` names each record by
+    its ACVR frame, so `eval coverage --captions F --acvr ACVR_ROOT` scores every frame."""
+    pytest.importorskip("spacy")
+    from runtime_helpers import FakeBundle
+
+    from edgecap.data.synth import generate_dataset
+    from edgecap.runtime.captioner import Captioner
+    from edgecap.runtime.command import RunSettings, execute
+
+    world = tmp_path / "world"
+    generate_dataset(world, 1, size=32, sequences=2, frames_per_sequence=3, video_frames=0, progress=False)
+    jsonl = tmp_path / "acvr.jsonl"
+    execute(Captioner(FakeBundle()), RunSettings(source=str(world / "acvr"), jsonl=str(jsonl), quiet=True),
+            out=io.StringIO())
+    out = tmp_path / "report"
+    assert main(["eval", "coverage", "--captions", str(jsonl), "--acvr", str(world / "acvr"),
+                 "--out", str(out), "--no-plot"]) == 0
+    counts = json.loads((out / "coverage.json").read_text())["files"]["acvr"]["summary"]["counts"]
+    assert counts["images"] == 6 and counts["unknown_image_ids"] == 0 and counts["frames_without_caption"] == 0

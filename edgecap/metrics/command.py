@@ -161,6 +161,20 @@ class CoverageRow:
     recorded: dict | None = None  # --records: the coverage the run itself reported (RecordedRun)
 
 
+def _no_id_matches(path, captions: dict, gt: dict, acvr: str | None, instances: str | None) -> EdgecapError:
+    """The one-line refusal of a caption file none of whose ids the ground truth knows (a score
+    over zero images would read as a result). ACVR names frames "<sequence>/<frame>": ids
+    without a "/" are another dataset's, typically a COCO results file of COCO images."""
+    source = f"an ACVR frame under {acvr}" if acvr else f"an image of {instances}"
+    expected = f"expected ids like {next(iter(gt))!r}; " if gt else ""
+    hint = ""
+    if acvr and not any("/" in i for i in captions):
+        hint = ("; these name no ACVR frame (<sequence>/<frame>): caption the ACVR frames with "
+                f"edgecap run BUNDLE --source {acvr} --jsonl FILE")
+    return EdgecapError(f"{path}: none of its {len(captions)} image ids is {source} "
+                        f"({expected}first seen {next(iter(captions))!r}){hint}")
+
+
 def _acvr_rows(args, area: str) -> dict[str, CoverageRow]:
     """--captions FILE ... --acvr DIR: one row per caption file, matched to ACVR frames by image id."""
     from edgecap.data.acvr import normalize_image_id
@@ -172,10 +186,7 @@ def _acvr_rows(args, area: str) -> dict[str, CoverageRow]:
         cap = read_captions(path, normalize=normalize_image_id)
         ids = [i for i in cap.captions if i in gt]
         if not ids:
-            raise EdgecapError(
-                f"{path}: none of its {len(cap.captions)} image ids is an ACVR frame under {args.acvr} "
-                f"(expected ids like '000000/000012'; first seen {next(iter(cap.captions))!r})"
-            )
+            raise _no_id_matches(path, cap.captions, gt, args.acvr, None)
         counts = {f"file_{k}": v for k, v in cap.counts.items()}
         counts.update(unknown_image_ids=len(cap.captions) - len(ids), frames_without_caption=len(gt) - len(ids),
                       unlisted_instances=dict(sorted(unlisted.items())))
@@ -417,10 +428,7 @@ def run_chair(args) -> int:
         cap = read_captions(path, normalize=normalize)
         ids = [i for i in cap.captions if i in gt]
         if not ids:
-            source = f"an ACVR frame under {args.acvr}" if args.acvr else f"an image of {args.instances}"
-            expected = f"expected ids like {next(iter(gt))!r}; " if gt else ""
-            raise EdgecapError(f"{path}: none of its {len(cap.captions)} image ids is {source} "
-                               f"({expected}first seen {next(iter(cap.captions))!r})")
+            raise _no_id_matches(path, cap.captions, gt, args.acvr, args.instances)
         results = [chair.score(cap.captions[i], gt[i]) for i in ids]
         summary = summarize(results)
         summary["unknown_image_ids"] = len(cap.captions) - len(ids)
