@@ -245,3 +245,77 @@ def test_edgecap_run_with_a_bundle_over_coco_results_and_eval_coverage_of_the_ru
     assert row["summary"]["counts"]["records"] == 3 and row["summary"]["counts"]["records_without_objects"] == 1
     assert row["images"]["000000000139.png"]["gt"] == {"cup": 0.25, "television": 1.0}
     assert row["summary"]["thresholds"][">10%"]["mean"] == recs["000000000139.png"]["coverage"][">10%"]
+
+
+def test_category_base_overrides_the_id_rule_both_ways(tmp_path):
+    """--category-base 0|1 reads category_id as a class index from that base, for COCO's 80
+    classes (a COCO-trained YOLO on a dataset it does not know as COCO writes 0..79 or 1..80)
+    and for a data.yaml; auto keeps COCO's own 1..90 ids and the data.yaml rule."""
+    folder = _folder(tmp_path, [("1.png", RED)])
+    results = [{"image_id": 1, "category_id": 80, "bbox": [0, 0, 5, 5], "score": 0.9},
+               {"image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10], "score": 0.9}]
+
+    def classes(**settings):
+        return [o["class"] for o in _run(tmp_path, folder, results, **settings)["1.png"]["objects"]]
+
+    assert classes() == classes(category_base="auto") == ["toaster", "person"]  # COCO ids 80, 1
+    assert classes(category_base="1") == ["toothbrush", "person"]               # 80th and 1st class
+    results[0]["category_id"] = 79
+    assert classes(category_base="0") == ["toothbrush", "bicycle"]              # 80th and 2nd class
+    yaml_file = tmp_path / "data.yaml"
+    yaml_file.write_text("names: [mug, tvmonitor, sofa]\n")
+    results = [{"image_id": 1, "category_id": k, "bbox": [0, 0, 5, 5], "score": 0.9} for k in (1, 2)]
+    assert classes(categories=str(yaml_file)) == ["mug", "television"]          # auto: no 0, so from 1
+    assert classes(categories=str(yaml_file), category_base="1") == ["mug", "television"]
+    assert classes(categories=str(yaml_file), category_base="0") == ["television", "couch"]
+
+
+def test_category_base_zero_refuses_an_id_past_the_last_class(tmp_path):
+    path = tmp_path / "predictions.json"
+    path.write_text(json.dumps([{"image_id": 1, "category_id": 80, "bbox": [0, 0, 5, 5], "score": 0.9}]))
+    with pytest.raises(EdgecapError, match=r"category_id 80 is not in COCO's 80 categories, ids as class "
+                                           r"indices from 0 \(ids 0-79\); give the dataset's --categories FILE$"):
+        Detections(path, category_base="0")
+
+
+def test_category_base_is_checked_on_the_command_line_and_in_a_config(tmp_path, run_cli):
+    folder = _folder(tmp_path, [("1.png", RED)])
+    code, _, err = run_cli("run", tmp_path / "no-bundle", "--source", folder, "--category-base", "2")
+    assert code == 2 and "--category-base" in err and "'2'" in err
+    config = tmp_path / "robot.toml"
+    config.write_text(f'bundle = "b"\nsource = "{folder}"\ncategory_base = "one"\n')
+    code, _, err = run_cli("run", "--config", config)
+    assert code == 1 and "category_base = 'one'" in err
+    jsonl = tmp_path / "objects.jsonl"
+    jsonl.write_text('{"frame_id": 0, "objects": []}\n')
+    with pytest.raises(EdgecapError, match="--category-base applies to COCO detection results"):
+        execute(Captioner(FakeBundle()), RunSettings(source=str(folder), detections=str(jsonl), category_base="1"))
+
+
+def test_unmatched_image_ids_go_into_the_summary(tmp_path):
+    folder = _folder(tmp_path, [("139.png", RED), ("285.png", GREEN)])
+    results = [{"image_id": i, "category_id": 47, "bbox": [0, 0, 5, 5], "score": 0.9} for i in (139, 555, 9, 777)]
+    _run(tmp_path, folder, results)
+    summary = json.loads((tmp_path / "run.summary.json").read_text())
+    assert summary["detections"] == {"path": str(tmp_path / "coco_instances_results.json"), "format": "coco results",
+                                     "ids": 4, "unmatched_ids": 3, "unmatched_examples": [9, 555, 777]}
+
+
+def test_a_results_file_naming_no_image_of_the_folder_is_refused_before_the_run(tmp_path):
+    folder = _folder(tmp_path, [("kitchen_01.png", RED), ("kitchen_02.png", GREEN)])
+    det = tmp_path / "coco_instances_results.json"
+    det.write_text(json.dumps([{"image_id": i, "category_id": 47, "bbox": [0, 0, 5, 5], "score": 0.9}
+                               for i in (139, 285, 632, 724)]))
+    bundle = FakeBundle()
+    with pytest.raises(EdgecapError) as info:
+        execute(Captioner(bundle), RunSettings(source=str(folder), detections=str(det), jsonl=str(tmp_path / "r.jsonl")),
+                out=io.StringIO())
+    message = str(info.value)
+    assert "\n" not in message
+    assert (f"none of its 4 image_ids (139, 285, 632, ...) is one of the file stems of its 2 images in {folder} "
+            "('kitchen_01', 'kitchen_02')") in message
+    assert bundle.seen_batches == [] and not (tmp_path / "r.jsonl").exists()  # nothing captioned or written
+    lines = tmp_path / "objects.jsonl"  # edgecap's JSON Lines: frame_ids are positions in the folder
+    lines.write_text('{"frame_id": 5, "objects": []}\n')
+    with pytest.raises(EdgecapError, match=r"none of its 1 frame_ids \(5\) is one of the positions of its 2 images"):
+        execute(Captioner(FakeBundle()), RunSettings(source=str(folder), detections=str(lines)), out=io.StringIO())

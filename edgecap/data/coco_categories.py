@@ -34,6 +34,9 @@ COCO_CATEGORIES: dict[int, str] = {
 }
 
 
+CATEGORY_BASES = ("auto", "0", "1")  # --category-base
+
+
 @dataclass(frozen=True)
 class Categories:
     """id -> class name, and where the names came from (for error messages)."""
@@ -44,12 +47,25 @@ class Categories:
     # given (before 8.3.x) or + 1 (list(range(1, nc + 1)) since): see for_results
     yolo_indices: bool = False
 
-    def for_results(self, ids: set[int]) -> Categories:
-        """The id scheme a results file with these category ids uses: for data.yaml names, ids
-        from 1 unless the file holds an id 0 (only the older 0-based writer produces one)."""
+    def for_results(self, ids: set[int], base: str = "auto") -> Categories:
+        """The id scheme of a results file with these category ids. `base` "auto": a dataset's
+        own ids (COCO's 1..90, an annotation file's), and for data.yaml names ids from 1 unless
+        the file holds an id 0 (only the older 0-based writer produces one); "0" or "1": ids are
+        class indices counted from that base (`indexed`), whatever the list."""
+        if base not in CATEGORY_BASES:
+            raise EdgecapError(f"--category-base {base!r}: expected one of {', '.join(CATEGORY_BASES)}")
+        if base != "auto":
+            return self.indexed(int(base))
         if not self.yolo_indices or 0 in ids:
             return self
-        return Categories({i + 1: n for i, n in self.names.items()}, self.origin + " (ids from 1)")
+        return self.indexed(1)
+
+    def indexed(self, base: int) -> Categories:
+        """Ids as a detector's class indices from `base`: a data.yaml's own indices; for other
+        lists the position in id order, so COCO's 80 classes are 0..79 / 1..80 (what a
+        COCO-trained YOLO writes for a dataset it does not know as COCO), not 1..90."""
+        indices = self.names if self.yolo_indices else dict(enumerate(self.names[k] for k in sorted(self.names)))
+        return Categories({base + i: n for i, n in indices.items()}, f"{self.origin}, ids as class indices from {base}")
 
 
 COCO = Categories(COCO_CATEGORIES, "COCO's 80 categories")

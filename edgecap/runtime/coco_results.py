@@ -76,13 +76,13 @@ def _segmentation(seg, where: str):
 
 
 def read_coco_results(doc: list, where: str, categories: Categories, min_score: float,
-                      ) -> tuple[dict[int | str, list[CocoObject]], Skipped]:
+                      category_base: str = "auto") -> tuple[dict[int | str, list[CocoObject]], Skipped]:
     """{image key: objects} from a parsed results array; a bad record is a one-line error
     naming its index, an unknown category id one naming the category list."""
     from edgecap.data.classes import canonical_class
 
     ids = {r.get("category_id") for r in doc if isinstance(r, dict)}
-    categories = categories.for_results({i for i in ids if isinstance(i, int)})
+    categories = categories.for_results({i for i in ids if isinstance(i, int)}, category_base)
     frames: dict[int | str, list[CocoObject]] = {}
     skipped = Skipped()
     for i, rec in enumerate(doc):
@@ -98,7 +98,8 @@ def read_coco_results(doc: list, where: str, categories: Categories, min_score: 
         if cat not in categories.names:
             known = sorted(categories.names)
             raise EdgecapError(f"{at}: category_id {cat} is not in {categories.origin} "
-                               f"(ids {known[0]}-{known[-1]}); give the dataset's --categories FILE")
+                               f"(ids {known[0]}-{known[-1]}); give the dataset's --categories FILE"
+                               + (" or --category-base 0|1 if it is a class index" if category_base == "auto" else ""))
         bbox = rec["bbox"]
         if not isinstance(bbox, list) or len(bbox) != 4:
             raise EdgecapError(f"{at}: 'bbox' must be [x, y, width, height], got {bbox!r}")

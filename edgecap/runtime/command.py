@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from edgecap.argtypes import BATCH, BEAM, COUNT, FRACTION, POSITIVE, THREADS
 from edgecap.data.acvr import AREAS
+from edgecap.data.coco_categories import CATEGORY_BASES
 
 from .coco_results import DEFAULT_MIN_SCORE
 from .records import summary_path
@@ -37,6 +38,7 @@ class RunSettings:
     append: bool = False
     detections: str | None = None
     categories: str | None = None
+    category_base: str | None = None
     min_score: float | None = None
     show: bool = False
     save_video: str | None = None
@@ -98,6 +100,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--categories", default=None, metavar="FILE",
                         help="COCO results: category names from a COCO-format annotation file's "
                              "\"categories\" or a YOLO data.yaml's names (default: COCO's 80)")
+    parser.add_argument("--category-base", choices=CATEGORY_BASES, default=None,
+                        help="COCO results: 'auto' (default) reads category_id as the dataset's own id "
+                             "(COCO's 1..90, an annotation file's) and a data.yaml's classes from 1 "
+                             "unless an id 0 is in the file; 0 or 1: category_id is a class index "
+                             "counted from 0 (older ultralytics) or 1 (ultralytics 8.3+)")
     parser.add_argument("--min-score", type=FRACTION, default=None, metavar="S",
                         help=f"COCO results: keep detections scoring at least S (default "
                              f"{DEFAULT_MIN_SCORE}, detectron2's demo threshold)")
@@ -233,6 +240,9 @@ def settings_from_args(args) -> RunSettings:
         raise EdgecapError(f"pace = {merged['pace']!r}; expected native or every")
     if merged.get("area") not in (None, *AREAS):
         raise EdgecapError(f"area = {merged['area']!r}; expected {' or '.join(AREAS)}")
+    if merged.get("category_base") not in (None, *CATEGORY_BASES):
+        raise EdgecapError(f"category_base = {merged['category_base']!r}; expected \"auto\", \"0\" or \"1\" "
+                           "(in quotes)")
     replay = merged.get("replay")
     if replay is not None:
         if replay not in REPLAY_PACE:
@@ -327,6 +337,8 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     beam = captioner.check_beam(settings.beam) if settings.beam is not None else captioner.beam
     detections = _detections(settings)
     source = make_source(settings.source, fps=settings.source_fps, topic=settings.topic, area=settings.area)
+    if detections is not None and isinstance(source, FolderSource):
+        detections.check_folder(source.paths, source.name)
     if settings.out_mcap:
         _check_out_mcap(settings.out_mcap, source)
     if settings.rerun:
@@ -407,6 +419,8 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
             except KeyboardInterrupt:  # a second signal: stop now, still summarise
                 interrupt_delivered()
                 summary.stopped_by = "signal"
+        if detections is not None:  # before the --append run_end line is written
+            summary.detections = detections.report()
     print(summary.human(), file=out, flush=True)
     if detections is not None:
         _report_unmatched(detections, settings.detections)
@@ -420,8 +434,10 @@ def _detections(settings: RunSettings):
 
     from .detections import Detections
 
+    coco_flags = (("--categories", settings.categories), ("--category-base", settings.category_base),
+                  ("--min-score", settings.min_score))
     if not settings.detections:
-        for flag, value in (("--categories", settings.categories), ("--min-score", settings.min_score)):
+        for flag, value in coco_flags:
             if value is not None:
                 raise EdgecapError(f"{flag} applies to a --detections file; none was given")
         return None
@@ -431,18 +447,23 @@ def _detections(settings: RunSettings):
         from edgecap.data.coco_categories import load_categories
 
         categories = load_categories(settings.categories)
-    return Detections(settings.detections, settings.area, min_score=min_score, categories=categories)
+    detections = Detections(settings.detections, settings.area, min_score=min_score, categories=categories,
+                            category_base=settings.category_base or "auto")
+    given = [flag for flag, value in coco_flags if value is not None]
+    if given and not detections.coco:
+        raise EdgecapError(f"{given[0]} applies to COCO detection results; --detections {settings.detections} "
+                           "is edgecap's JSON Lines, whose objects carry their class names")
+    return detections
 
 
 def _report_unmatched(detections, path: str) -> None:
     """Detections of images the run never captioned: a misnamed folder or a results file for
-    another split shows up here instead of as silently missing coverage."""
+    another split shows up here (and in summary.json) instead of as silently missing coverage."""
     unmatched = detections.unmatched()
     if unmatched:
-        what = "image_ids" if detections.coco else "frame_ids"
         shown = ", ".join(repr(k) for k in unmatched[:5]) + (", ..." if len(unmatched) > 5 else "")
-        _log(f"--detections {path}: {len(unmatched)} of {len(detections)} {what} matched no captioned "
-             f"frame ({shown})")
+        _log(f"--detections {path}: {len(unmatched)} of {len(detections)} {detections.id_name} matched no "
+             f"captioned frame ({shown})")
 
 
 def _check_out_mcap(path: str, source) -> None:

@@ -81,7 +81,7 @@ class Detections:
     """
 
     def __init__(self, path: str | Path, area: str = "box", min_score: float = DEFAULT_MIN_SCORE,
-                 categories=None):
+                 categories=None, category_base: str = "auto"):
         from edgecap.data.acvr import check_area
         from edgecap.data.coco_categories import COCO
 
@@ -98,7 +98,8 @@ class Detections:
             if not is_coco_results(doc):
                 raise EdgecapError(f"--detections {self.path}: a JSON array, but not COCO detection results "
                                    "(expected [{\"image_id\", \"category_id\", \"bbox\": [x, y, w, h], \"score\"}, ...])")
-            frames, skipped = read_coco_results(doc, f"--detections {self.path}", categories or COCO, min_score)
+            frames, skipped = read_coco_results(doc, f"--detections {self.path}", categories or COCO, min_score,
+                                                category_base)
             self._frames = {key: [(o.cls, o.box, o.segmentation) for o in objs] for key, objs in frames.items()}
             self.note = skipped.note(min_score)
             if any(seg is not None for objs in self._frames.values() for *_, seg in objs):
@@ -160,6 +161,39 @@ class Detections:
         # pixel_area, and `eval coverage --records --area pixels` can re-score the run
         return mask_fraction(mask, width, height) if self._measure_masks else None
 
+    @property
+    def id_name(self) -> str:
+        return "image_ids" if self.coco else "frame_ids"
+
     def unmatched(self) -> list[int | str]:
         """The file's frames / image_ids that no captioned frame has asked for yet."""
-        return sorted((k for k in self._frames if k not in self._seen), key=lambda k: (isinstance(k, str), k))
+        return _ordered(k for k in self._frames if k not in self._seen)
+
+    def report(self) -> dict:
+        """What the run's summary.json says about the file: its ids, and those no captioned
+        frame matched (a misnamed folder, a results file of another split, a stopped run)."""
+        unmatched = self.unmatched()
+        return {"path": str(self.path), "format": "coco results" if self.coco else "jsonl",
+                "ids": len(self), "unmatched_ids": len(unmatched), "unmatched_examples": unmatched[:5]}
+
+    def check_folder(self, images: list[Path], where: str) -> None:
+        """Before a run over a folder: refuse a file none of whose ids names one of its images
+        (COCO results: a file stem; JSON Lines: a position in name order), in one line naming
+        a few of each, instead of captioning the whole folder with no objects."""
+        expected = [self.frame_key(i, p.name) for i, p in enumerate(images)]
+        if set(expected) & self._frames.keys():
+            return
+        ids = _ordered(self._frames)
+        what = ("file stems" if self.coco else "positions") + f" of its {len(images)} images"
+        raise EdgecapError(f"--detections {self.path}: none of its {len(ids)} {self.id_name} ({_few(ids)}) is one "
+                           f"of the {what} in {where} ({_few(expected)})"
+                           + ("; COCO results name a folder's images by file stem, integers for all-digit stems"
+                              if self.coco else ""))
+
+
+def _ordered(keys) -> list[int | str]:
+    return sorted(keys, key=lambda k: (isinstance(k, str), k))
+
+
+def _few(keys: list, n: int = 3) -> str:
+    return ", ".join(repr(k) for k in keys[:n]) + (", ..." if len(keys) > n else "")

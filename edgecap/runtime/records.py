@@ -189,6 +189,7 @@ class Summary:
     stopped_by: str = "end of source"
     beam_changes: int = 0
     coverage_area: str = "box"                    # what an object's area is (--area)
+    detections: dict | None = None                # the --detections file's ids, matched or not
 
     def add(self, record: Record) -> None:
         self.captioned += 1
@@ -228,6 +229,7 @@ class Summary:
             "coverage_mean": {k: round(float(np.mean(v)), 6) for k, v in self.coverage.items()},
             "coverage_frames": {k: len(v) for k, v in self.coverage.items()},
             "coverage_rule": coverage_rule(self.coverage_area),
+            **({"detections": self.detections} if self.detections is not None else {}),
         }
 
     def human(self) -> str:
