@@ -81,3 +81,19 @@ def test_other_families_are_refused_in_one_line(name):
     assert reason and "\n" not in reason and name in reason
     with pytest.raises(ValueError, match="meshed cross-attention"):
         OfficialM2Decoding(model, 3, model.cfg.max_len)
+
+
+def test_check_against_the_official_code_refuses_a_folder_that_is_not_its_checkout(tmp_path):
+    # benchmarks/official_m2_check.py reads a user's checkout of the official code (none is in
+    # this repository); a wrong folder is one line and exit 2, and nothing is written
+    import subprocess
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" / "official_m2_check.py"),
+                          "--code", str(tmp_path), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert run.stderr.strip() == (f"error: --code {tmp_path}: no utils/__init__.py; expected a checkout of "
+                                  "aimagelab/meshed-memory-transformer")
+    assert not out.exists()
