@@ -415,3 +415,16 @@ def test_run_given_a_checkpoint_says_to_export_it(tiny, run_cli):
     code, _, stderr = run_cli("run", tiny[0], "--source", "synth://tabletop", "--frames", "1")
     assert code == 1 and stderr.count("\n") == 1
     assert f"{tiny[0]} is a checkpoint, not a bundle: export it first (edgecap export {tiny[0]} --target" in stderr
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("rtsp://admin:hunter2@127.0.0.1:1/x",
+     "cannot open stream 'rtsp://admin:***@127.0.0.1:1/x' with OpenCV's FFMPEG backend ("),
+    ("missing.mp4", "source 'missing.mp4': no such file or directory"),
+])
+def test_a_source_that_cannot_open_is_one_line_and_exit_1(tiny, source, expected, run_cli, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = run_cli("run", tiny[1], "--source", source, "--jsonl", "run.jsonl")
+    assert code == 1 and stdout == ""
+    assert stderr.count("\n") == 1 and stderr.startswith(f"edgecap run: error: {expected}")
+    assert "hunter2" not in stderr and not (tmp_path / "run.jsonl").exists()

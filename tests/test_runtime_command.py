@@ -115,3 +115,40 @@ def test_a_bundle_that_is_not_there_says_what_makes_one(tmp_path, run_cli):
     (tmp_path / "file").write_text("x")
     code, _, err = run_cli("run", tmp_path / "file", "--source", "0")
     assert code == 1 and "is not a directory" in err
+
+
+def test_a_stream_urls_password_stays_out_of_records_summary_and_console(tmp_path, capsys):
+    """A stream URL with credentials (an HTTP server serving a video: FFmpeg opens it as a
+    stream): records, the summary and the console show it with the password masked."""
+    import functools
+    import http.server
+    import io
+    import json
+    import threading
+
+    from runtime_helpers import FakeBundle
+
+    from edgecap.data.synth import generate_dataset
+    from edgecap.runtime.captioner import Captioner
+    from edgecap.runtime.command import RunSettings, execute
+
+    world = tmp_path / "world"
+    generate_dataset(world, 1, size=32, sequences=0, video_frames=10, progress=False)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(world / "video"))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://robot:hunter2@127.0.0.1:{server.server_address[1]}/tabletop.mp4"
+        jsonl, out = tmp_path / "run.jsonl", io.StringIO()
+        summary, error = execute(Captioner(FakeBundle()), RunSettings(source=url, jsonl=str(jsonl), frames=2,
+                                                                      append=True), out=out)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert error is None and summary.captioned == 2
+    shown = f"http://robot:***@127.0.0.1:{server.server_address[1]}/tabletop.mp4"
+    lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert {line.get("source") for line in lines if "source" in line} == {shown}
+    assert json.loads((tmp_path / "run.summary.json").read_text())["source"] == shown
+    assert "hunter2" not in jsonl.read_text() + out.getvalue() + capsys.readouterr().err

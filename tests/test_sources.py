@@ -15,6 +15,7 @@ from edgecap.runtime.sources import (
     StreamLost,
     SynthSource,
     make_source,
+    masked,
     open_source,
 )
 
@@ -200,3 +201,57 @@ def test_video_read_failure_mid_file_is_a_lost_stream_resumed_at_its_position(sy
     got += [c.index for c in good]
     assert got == [0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11]
     assert len(bad) == 1 and "frame 8" in bad[0]
+
+
+def test_an_unreachable_stream_says_what_was_tried_and_what_to_check(capfd, monkeypatch):
+    """Nothing listens on port 1: one line naming the URL (password masked), the backend, the
+    library's reason, the open timeout and what to check; nothing else on the console."""
+    monkeypatch.delenv("OPENCV_LOG_LEVEL", raising=False)
+    capfd.readouterr()
+    with pytest.raises(SourceOpenError) as info:
+        open_source("rtsp://admin:hunter2@127.0.0.1:1/x")
+    message = str(info.value)
+    assert "\n" not in message and "hunter2" not in message
+    assert message.startswith("cannot open stream 'rtsp://admin:***@127.0.0.1:1/x' with OpenCV's FFMPEG backend (")
+    assert "Connection refused" in message and "open timeout 10 s" in message
+    assert message.endswith("the URL's path and the user name and password; ffprobe URL shows what FFmpeg sees")
+    assert capfd.readouterr().err == ""
+
+
+def test_streams_open_with_a_timeout_and_files_with_any_backend(monkeypatch):
+    """A stream is opened through FFmpeg with OpenCV's open (and read) timeout, so an
+    unreachable camera fails in seconds instead of when the OS gives up on the connect."""
+    calls = []
+
+    class Unopened:
+        def __init__(self, *args):
+            calls.append(args)
+
+        def isOpened(self):
+            return False
+
+        def release(self):
+            pass
+
+    monkeypatch.setattr(cv2, "VideoCapture", Unopened)
+    with pytest.raises(SourceOpenError, match="open timeout 10 s"):
+        CaptureSource("rtsp://10.0.0.5/stream", "stream").open()
+    url, api, params = calls[-1]
+    assert (url, api) == ("rtsp://10.0.0.5/stream", cv2.CAP_FFMPEG)
+    settings = dict(zip(params[::2], params[1::2], strict=True))
+    assert settings == {cv2.CAP_PROP_OPEN_TIMEOUT_MSEC: 10000, cv2.CAP_PROP_READ_TIMEOUT_MSEC: 10000}
+    with pytest.raises(SourceOpenError, match=r"with OpenCV \(backends tried: .*FFMPEG.*\): check that the file"):
+        CaptureSource("clip.mp4", "video").open()
+    assert calls[-1] == ("clip.mp4", cv2.CAP_ANY)
+
+
+@pytest.mark.parametrize("source, shown", [
+    ("rtsp://admin:s3cret@10.0.0.5:554/Streaming/101?transport=tcp", "rtsp://admin:***@10.0.0.5:554/Streaming/101?transport=tcp"),
+    ("rtsp://admin:p@ss@10.0.0.5/s", "rtsp://admin:***@10.0.0.5/s"),  # an unescaped @ in the password
+    ("http://viewer@cam.local/mjpg", "http://viewer@cam.local/mjpg"),  # no password
+    ("rtsp://10.0.0.5/stream", "rtsp://10.0.0.5/stream"),
+    ("/data/run:1/clip.mp4", "/data/run:1/clip.mp4"),
+    ("0", "0"),
+])
+def test_a_url_password_is_masked_wherever_the_source_is_shown(source, shown):
+    assert masked(source) == shown

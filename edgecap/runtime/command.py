@@ -326,7 +326,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     from .overlay import VideoSink, Window
     from .records import RUN_END, JsonlWriter, Summary, run_start_record
     from .scoring import CoverageAnnotator
-    from .sources import ACVRSource, FolderSource, SynthSource, make_source
+    from .sources import ACVRSource, FolderSource, SynthSource, make_source, masked
 
     out = out or sys.stdout
     stop = stop or threading.Event()
@@ -348,7 +348,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     knows_objects = detections is not None or isinstance(source, (ACVRSource, SynthSource))
     coverage = CoverageAnnotator(settings.coverage and knows_objects,
                                  log=lambda m: print(m, file=out, flush=True))
-    summary = Summary(settings.source, coverage_area=settings.area)
+    summary = Summary(masked(settings.source), coverage_area=settings.area)  # a URL's password masked
     extra_sinks, sinks = list(sinks), []
     if not settings.quiet:
         sinks.append(lambda r: print(r.human(), file=out, flush=True))
@@ -390,7 +390,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         if settings.jsonl:
             jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
             if settings.append:
-                jsonl.write(run_start_record(settings.source, settings.bundle, settings.area))
+                jsonl.write(run_start_record(summary.source, settings.bundle, settings.area))
                 # registered after closing(): runs first, so the summary line precedes the close
                 closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
             sinks.append(lambda r: jsonl.write(r.to_json()))
@@ -398,13 +398,13 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
             from .mcap_sink import McapCaptionSink
 
             mcap = closing.enter_context(contextlib.closing(McapCaptionSink(
-                settings.out_mcap, source=settings.source, bundle=str(settings.bundle or ""))))
+                settings.out_mcap, source=summary.source, bundle=str(settings.bundle or ""))))
             sinks.append(mcap.write)
         if settings.rerun:
             from .rerun_sink import RerunSink
 
             sinks.append(closing.enter_context(contextlib.closing(
-                RerunSink(settings.rerun, source=settings.source))).write)
+                RerunSink(settings.rerun, source=summary.source))).write)
         if settings.save_video:
             # One video frame per caption, played at the rate captions are expected.
             fps = min(settings.max_fps or source.fps or 10.0, 30.0)
@@ -497,7 +497,7 @@ def run(args) -> int:
         raise EdgecapError(error)
     if summary.captioned == 0 and summary.stopped_by == "end of source":
         skipped = summary.grabber.skipped if summary.grabber is not None else 0
-        raise EdgecapError(f"--source {settings.source} ended without a frame captioned "
+        raise EdgecapError(f"--source {summary.source} ended without a frame captioned "
                            f"({skipped} frame{'s' * (skipped != 1)} could not be decoded)")
     if settings.jsonl:
         added = "appended" if settings.append else "lines"

@@ -49,6 +49,34 @@ class SourceOpenError(EdgecapError):
     """A source that cannot be opened at all."""
 
 
+# OpenCV's FFmpeg backend waits 30 s by default for a camera that does not answer, and as long
+# for a frame of a stalled stream; a robot's launch should fail in seconds and say why, and a
+# stalled stream be reopened sooner (camera.py).
+STREAM_TIMEOUT_S = 10.0
+
+# what to look at when OpenCV cannot open a source, by kind
+OPEN_ADVICE = {
+    "stream": "check that the camera is on and reachable from this machine (host, port), the "
+              "URL's path and the user name and password; ffprobe URL shows what FFmpeg sees",
+    "video": "check that the file is a complete video FFmpeg can decode (ffprobe FILE)",
+    "camera": "check that the device exists (v4l2-ctl --list-devices), that no other process "
+              "holds it, and that this user may read it (the video group)",
+}
+
+
+def masked(source: str) -> str:
+    """A source string with a URL's password replaced by *** (rtsp://admin:***@10.0.0.5/stream):
+    it is printed, logged and written into records and summaries."""
+    text = str(source)
+    if "://" not in text:
+        return text
+    netloc = urlsplit(text).netloc
+    userinfo, at, host = netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return text
+    return text.replace(netloc, f"{userinfo.split(':', 1)[0]}:***@{host}", 1)
+
+
 @dataclass(frozen=True)
 class KnownObject:
     """An object known to be in a frame: ground truth or an external detector's output."""
@@ -189,7 +217,7 @@ class CaptureSource(Source):
     def __init__(self, target: int | str, kind: str, fps: float | None = None):
         self.target = target
         self.kind = kind                      # "camera" | "stream" | "video"
-        self.name = f"camera {target}" if kind == "camera" else str(target)
+        self.name = f"camera {target}" if kind == "camera" else masked(str(target))
         self.live = kind in ("camera", "stream")
         self._fps_override = fps
         self.fps = fps
@@ -198,25 +226,45 @@ class CaptureSource(Source):
         self.frame_count: int | None = None
         self._failed_at: int | None = None
 
+    def _backend(self) -> tuple[int, str]:
+        """(apiPreference, what it is called in messages): a stream goes to FFmpeg by name, with
+        the open timeout; without FFmpeg (some Jetson builds) and for files and cameras OpenCV
+        tries its backends in its own order."""
+        import cv2
+
+        registry = cv2.videoio_registry
+        if self.kind == "stream" and registry.hasBackend(cv2.CAP_FFMPEG):
+            return cv2.CAP_FFMPEG, "OpenCV's FFMPEG backend"
+        ids = registry.getCameraBackends() if self.kind == "camera" else registry.getStreamBackends()
+        return cv2.CAP_ANY, f"OpenCV (backends tried: {', '.join(registry.getBackendName(b) for b in ids)})"
+
     def _capture(self):
         import cv2
 
-        return cv2.VideoCapture(self.target)
+        api = self._backend()[0]
+        if self.kind != "stream":
+            return cv2.VideoCapture(self.target, api)
+        ms = int(STREAM_TIMEOUT_S * 1000)
+        return cv2.VideoCapture(self.target, api, [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, ms,
+                                                   cv2.CAP_PROP_READ_TIMEOUT_MSEC, ms])
 
     def open(self) -> None:
         import cv2
 
+        backend = self._backend()[1]
         with opencv_quiet() as said:
             cap = self._capture()
             opened = cap.isOpened()
         if not opened:
             cap.release()
-            reason = _library_reason(said)
+            reason = _library_reason(said).replace(str(self.target), self.name)
             if self.kind == "camera" and not reason and os.path.isdir("/dev") \
                     and not os.path.exists(f"/dev/video{self.target}"):
                 reason = f"there is no /dev/video{self.target}"
-            raise SourceOpenError(f"cannot open {self.kind} {self.name!r} with OpenCV"
-                                  + (f" ({reason})" if reason else ""))
+            if self.kind == "stream":
+                reason = "; ".join(filter(None, (reason, f"open timeout {STREAM_TIMEOUT_S:g} s")))
+            raise SourceOpenError(f"cannot open {self.kind} {self.name!r} with {backend}"
+                                  + (f" ({reason})" if reason else "") + f": {OPEN_ADVICE[self.kind]}")
         if self.kind == "video":
             count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
             self.frame_count = count if count > 0 else None
