@@ -36,6 +36,7 @@ from _roofline import (  # noqa: E402
     step_bound_kind,
     step_bound_seconds,
     step_cost,
+    step_limits,
 )
 
 from edgecap.argtypes import BATCH, BEAM, COUNT, THREADS, Integer, ListOf, Parser  # noqa: E402
@@ -347,6 +348,12 @@ def run_setting(s: Setting, model, args, workdir: Path, bound: dict, retrieval: 
         parts["search_ms"] = step_ms - sum(parts.values())
         parts.update(step_ms=step_ms, step_bound_ms=step_s * 1e3, step_ratio=step_ms / (step_s * 1e3),
                      step_bound_kind=step_bound_kind(cost, bound["bandwidth"], bound["flops"], weight_scale))
+        # the two limits added: what a step costs when its memory-bound and compute-bound
+        # operators run one after the other instead of overlapping (the bound assumes they overlap)
+        moving, computing = step_limits(cost, bound["bandwidth"], bound["flops"], weight_scale)
+        sum_ms = (moving + computing) * 1e3
+        parts.update(step_move_ms=moving * 1e3, step_compute_ms=computing * 1e3,
+                     step_sum_ratio=step_ms / sum_ms, graph_sum_ratio=parts["graph_ms"] / sum_ms)
     return {
         **row,
         "status": "ok",
@@ -497,14 +504,23 @@ def markdown(rows: list[dict]) -> str:
     if steps:
         lines += ["", "Per decoding step (mean over the timed runs, ms): the decoder step itself (graph), writing its "
                   "new slots into the cache, beam reordering, and the host's search; x bound against the step's own "
-                  "bound (which limit it is in brackets).", "",
-                  "| model | batch | beam | rows | backend | ms / step | x step bound | graph | cache write | reorder | search |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "bound (which limit it is in brackets); step and graph x the sum of the two limits (moving the "
+                  "step's bytes plus doing its FLOPs, one after the other).", "",
+                  "| model | batch | beam | rows | backend | ms / step | x step bound | graph | cache write | reorder | search "
+                  "| step / graph x sum of limits |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in steps:
             lines.append(f"| {r['model']} | {r['batch']} | {r['beam']} | {r['batch'] * r['beam']} | {r['backend']} | "
                          f"{r['step_ms']:.2f} | {r['step_ratio']:.2f}x ({r['step_bound_kind']}) | {r['graph_ms']:.2f} | "
-                         f"{r['write_ms']:.3f} | {r['reorder_ms']:.3f} | {r['search_ms']:.3f} |")
+                         f"{r['write_ms']:.3f} | {r['reorder_ms']:.3f} | {r['search_ms']:.3f} | {sum_ratios(r)} |")
     return "\n".join(lines) + "\n"
+
+
+def sum_ratios(row: dict) -> str:
+    """'step / graph' x the sum of the step's two limits; rows measured before it was recorded: –."""
+    if "step_sum_ratio" not in row:
+        return "–"
+    return f"{row['step_sum_ratio']:.2f}x / {row['graph_sum_ratio']:.2f}x"
 
 
 def setting_order(key: tuple) -> tuple:

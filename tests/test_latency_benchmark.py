@@ -21,6 +21,9 @@ def test_latency_quick_writes_table_csv_json_and_plots(tmp_path):
     assert rows[("smart", "torch")]["status"] == "ok"
     assert rows[("smart", "onnxruntime")]["status"] == "ok"
     assert rows[("smart", "onnxruntime")]["ratio_to_bound"] > 0
+    # against the sum of its two limits the step is at most as far as against the larger one
+    fp32_step = rows[("smart", "onnxruntime")]
+    assert 0 < fp32_step["graph_sum_ratio"] < fp32_step["step_sum_ratio"] <= fp32_step["step_ratio"]
     # the weight-only bundle: its own export (MatMulNBits step), bounded by one byte per weight;
     # that lowers the bound only where moving the weights limits the step: when this machine's
     # measured FLOP rate (a loaded machine) makes the tiny step compute-bound, the bounds are equal
@@ -43,6 +46,7 @@ def test_latency_quick_writes_table_csv_json_and_plots(tmp_path):
     assert (out / "step_vs_rows.png").stat().st_size > 1000  # the per-step breakdown, drawn
     assert rows[("smart", "onnxruntime")]["load_1m"] >= 0
     assert "| smart | 2 | 2 |" in (out / "latency.md").read_text()
+    assert "| step / graph x sum of limits |" in (out / "latency.md").read_text()
     (out / "latency.md").unlink()
     replot = subprocess.run([*cmd, "--replot"], capture_output=True, text=True, timeout=120)
     assert replot.returncode == 0 and (out / "latency.md").exists()
