@@ -65,3 +65,20 @@ def test_the_rule(tmp_path):
     closed = open(tmp_path / "log")
     closed.close()
     assert not bar_wanted(stream=closed)
+
+
+def test_export_draws_no_bar_into_a_pipe_even_when_asked(tmp_path, capsys):
+    # a library caller's export_bundle(progress=True) with stderr redirected (a CI log)
+    import torch
+
+    from edgecap.export.bundle import export_bundle
+    from edgecap.export.formats import resolve_settings
+    from tests._export_util import save_tiny
+
+    ckpt = save_tiny(tmp_path / "tiny.pt", "smart")
+    torch.set_num_threads(1)
+    settings = resolve_settings({"engine": "onnx", "batch": 1, "beam": 1, "samples": 1, "out": str(tmp_path / "bundle")})
+    export_bundle(ckpt, settings, progress=True)
+    assert (tmp_path / "bundle" / "manifest.json").exists()
+    err = capsys.readouterr().err
+    assert "export:" not in err and "step/s" not in err and "\r" not in err

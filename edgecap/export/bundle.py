@@ -72,9 +72,9 @@ def _write_manifest(root: Path, data: dict) -> Manifest:
 
 
 def _progress(total: int, enabled: bool):
-    from tqdm import tqdm
+    from edgecap.progress import progress_bar
 
-    return tqdm(total=total, desc="export", unit="step", disable=not enabled, file=sys.stderr, leave=False)
+    return progress_bar(total=total, desc="export", unit="step", leave=False, quiet=not enabled)
 
 
 def _check(path: Path, checks: dict, trt: bool, ranges: dict | None = None, run_polygraphy: bool = False) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 
 from edgecap.argtypes import FRONTEND_SIDE, Integer
 from edgecap.export.formats import CHOICES, FORMATS, SIZES, SUPPORTED_OPSETS
@@ -78,7 +77,7 @@ def run(args) -> int:
     from edgecap.export.formats import resolve_settings
 
     settings = resolve_settings({k: getattr(args, k) for k in OPTION_KEYS})
-    result = export_bundle(args.checkpoint, settings, progress=not args.quiet and sys.stderr.isatty())
+    result = export_bundle(args.checkpoint, settings, progress=not args.quiet)
     for line in _summary(result):
         print(line)
     if result.manifest.input == "images":
