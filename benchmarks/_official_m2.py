@@ -59,6 +59,16 @@ def attention(att, queries, keys, values, masked=None):
     return att.fc_o(out)
 
 
+def gather_beams(state: torch.Tensor, beam: torch.Tensor, width: int) -> torch.Tensor:
+    """The official _expand_state / _expand_visual: rows [B * width, ...] -> the chosen beams'
+    rows [B * k, ...] (beam [B, k]: each new row's beam among the image's `width`), always a
+    full gather."""
+    b, k = beam.shape
+    shape = state.shape[1:]
+    index = beam.view(b, k, *([1] * len(shape))).expand(b, k, *shape)
+    return torch.gather(state.view(b, width, *shape), 1, index).reshape(b * k, *shape)
+
+
 class OfficialM2Decoding:
     """`encode(feats, mask)` then `decode()` -> the best caption's tokens [B, max_len]."""
 
@@ -124,17 +134,9 @@ class OfficialM2Decoding:
             ranked, order = torch.sort(candidates.view(b, -1), -1, descending=True)
             seq_logprob, order = ranked[:, :k].unsqueeze(-1), order[:, :k]
             beam, chosen = order // vocab, order % vocab
-
-            def expand(state, width=width, beam=beam):
-                """The official _expand_state / _expand_visual: rows [B * width, ...] -> the
-                selected beams' rows [B * k, ...], always a full gather."""
-                shape = state.shape[1:]
-                index = beam.view(b, k, *([1] * len(shape))).expand(b, k, *shape)
-                return torch.gather(state.view(b, width, *shape), 1, index).reshape(b * k, *shape)
-
-            running = [(expand(keys), expand(values)) for keys, values in running]
-            self_masked, positions = expand(self_masked), expand(positions)
-            enc_output, enc_masked, feats = expand(enc_output), expand(enc_masked), expand(feats)
+            running = [(gather_beams(keys, beam, width), gather_beams(values, beam, width)) for keys, values in running]
+            self_masked, positions = gather_beams(self_masked, beam, width), gather_beams(positions, beam, width)
+            enc_output, enc_masked, feats = (gather_beams(t, beam, width) for t in (enc_output, enc_masked, feats))
             seq_mask = torch.gather(seq_mask, 1, beam.unsqueeze(-1))
             outputs = [torch.gather(o, 1, beam.unsqueeze(-1)) for o in outputs]
             outputs.append(chosen.unsqueeze(-1))

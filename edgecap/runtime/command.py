@@ -459,11 +459,12 @@ def _detections(settings: RunSettings):
 def _report_unmatched(detections, path: str) -> None:
     """Detections of images the run never captioned: a misnamed folder or a results file for
     another split shows up here (and in summary.json) instead of as silently missing coverage."""
+    from .detections import few_ids
+
     unmatched = detections.unmatched()
     if unmatched:
-        shown = ", ".join(repr(k) for k in unmatched[:5]) + (", ..." if len(unmatched) > 5 else "")
         _log(f"--detections {path}: {len(unmatched)} of {len(detections)} {detections.id_name} matched no "
-             f"captioned frame ({shown})")
+             f"captioned frame ({few_ids(unmatched, 5)})")
 
 
 def _check_out_mcap(path: str, source) -> None:

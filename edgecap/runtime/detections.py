@@ -185,8 +185,8 @@ class Detections:
             return
         ids = _ordered(self._frames)
         what = ("file stems" if self.coco else "positions") + f" of its {len(images)} images"
-        raise EdgecapError(f"--detections {self.path}: none of its {len(ids)} {self.id_name} ({_few(ids)}) is one "
-                           f"of the {what} in {where} ({_few(expected)})"
+        raise EdgecapError(f"--detections {self.path}: none of its {len(ids)} {self.id_name} ({few_ids(ids)}) is one "
+                           f"of the {what} in {where} ({few_ids(expected)})"
                            + ("; COCO results name a folder's images by file stem, integers for all-digit stems"
                               if self.coco else ""))
 
@@ -195,5 +195,6 @@ def _ordered(keys) -> list[int | str]:
     return sorted(keys, key=lambda k: (isinstance(k, str), k))
 
 
-def _few(keys: list, n: int = 3) -> str:
+def few_ids(keys: list, n: int = 3) -> str:
+    """The first n ids, and "..." when there are more (for one-line messages)."""
     return ", ".join(repr(k) for k in keys[:n]) + (", ..." if len(keys) > n else "")
