@@ -108,6 +108,19 @@ def _from_yolo_yaml(raw: bytes, where: str) -> dict[int, str]:
                        f"mapping, got {names!r}")
 
 
+def _distinct(names: dict[int, str], where: str) -> dict[int, str]:
+    """Refuse a list naming one class twice (compared lower-case, spaces folded): its objects
+    and a caption's nouns could not tell the two ids apart."""
+    first: dict[str, int] = {}
+    for key, name in names.items():
+        norm = " ".join(name.lower().split())
+        if norm in first:
+            raise EdgecapError(f"{where}: class name {name!r} appears twice (ids {first[norm]} and {key}); "
+                               "class names must be distinct")
+        first[norm] = key
+    return names
+
+
 def load_categories(path: str | Path) -> Categories:
     """`--categories FILE`: a COCO-format annotation file's "categories" (any JSON document with
     that key), or an ultralytics data.yaml's `names` (.yaml / .yml)."""
@@ -118,9 +131,9 @@ def load_categories(path: str | Path) -> Categories:
     where = f"--categories {path}"
     raw = read_bytes(path, where=where)
     if Path(path).suffix.lower() in (".yaml", ".yml"):
-        return Categories(_from_yolo_yaml(raw, where), str(path), yolo_indices=True)
+        return Categories(_distinct(_from_yolo_yaml(raw, where), where), str(path), yolo_indices=True)
     try:
         doc = json.loads(raw.decode("utf-8-sig"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise EdgecapError(f"{where}: not a JSON file ({exc})") from None
-    return Categories(_from_coco_json(doc, where), str(path))
+    return Categories(_distinct(_from_coco_json(doc, where), where), str(path))

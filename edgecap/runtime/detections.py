@@ -94,6 +94,7 @@ class Detections:
         raw = read_bytes(self.path, where=f"--detections {self.path}")
         doc = _results_array(raw)
         self.coco = doc is not None
+        self.categories = (categories or COCO) if self.coco else None  # the class set coverage reads
         if self.coco:
             if not is_coco_results(doc):
                 raise EdgecapError(f"--detections {self.path}: a JSON array, but not COCO detection results "

@@ -23,19 +23,22 @@ def class_areas(objects: list[KnownObject]) -> dict[str, float]:
 
 
 class CoverageAnnotator:
-    """`score(caption, objects) -> ({">1%": cov, ...}, matches)`, or None when switched off."""
+    """`score(caption, objects) -> ({">1%": cov, ...}, matches)`, or None when switched off.
 
-    def __init__(self, enabled: bool = True, log=print, scorer=None):
+    `vocabulary`: the class set the objects come from (edgecap.metrics.vocabulary; None: ACVR's)."""
+
+    def __init__(self, enabled: bool = True, log=print, scorer=None, vocabulary=None):
         self.enabled = enabled
         self.log = log
         self._scorer = scorer
         self._labels = None
+        self.vocabulary = vocabulary
 
     def _load(self):
         if self._scorer is None:
             from edgecap.metrics.coverage import CoverageScorer  # spaCy + GloVe: seconds to load
 
-            self._scorer = CoverageScorer()
+            self._scorer = CoverageScorer(vocabulary=self.vocabulary)
         return self._scorer
 
     def warm_up(self) -> None:
