@@ -143,7 +143,8 @@ def test_runtime_jsonl_dirty_input_is_counted(coverage_run):
     assert counts["file_malformed_records"] == 1
     assert counts["file_non_utf8_records"] == 1
     assert counts["file_missing_caption"] == 1 and counts["empty_captions"] == 1
-    assert counts["images"] == 3
+    # the caption with bytes that are not UTF-8 is left out (scored, it would lose a word)
+    assert counts["images"] == 2
     assert "1 malformed and 1 non-UTF-8 records" in text
 
 
@@ -282,9 +283,10 @@ def test_caption_reader_json_list_with_bad_bytes(tmp_path):
 
     path = tmp_path / "p.json"
     path.write_bytes(b'[{"image_id": 1, "caption": "a cup \xff"}, {"image_id": 1, "caption": "dup"},'
-                     b' {"image_id": 2}, 7]')
+                     b' {"image_id": 2}, 7, {"image_id": 2, "caption": "again"}]')
     cap = read_captions(path)
-    assert cap.captions == {"1": "a cup \ufffd", "2": ""}
+    # the caption whose bytes are not UTF-8 is left out, so id 1's first caption is the next one
+    assert cap.captions == {"1": "dup", "2": ""}
     assert cap.counts["non_utf8_records"] == 1 and cap.counts["duplicates"] == 1
     assert cap.counts["missing_caption"] == 1 and cap.counts["malformed_records"] == 1
     path.write_text("garbage\n")

@@ -6,13 +6,16 @@ Accepted inputs:
 - JSON Lines, one record per line, as `edgecap run` writes: {"image_id": ..., "caption": ...},
   or {"source": ..., "frame_id": ..., "caption": ...} when there is no image id; the image id
   is then "<last path component of source>/<frame_id>", which is the ACVR image id when the
-  source is a sequence folder. Other fields are ignored. A record without a "caption" string
-  (e.g. one carrying an "error") counts as an empty caption. Lines with a "kind" field are not
+  source is a sequence folder. Other fields are ignored. A record without a "caption" (or with
+  null, e.g. one carrying an "error") counts as an empty caption; a caption that is not a
+  string (a number, a list) makes the record malformed. Lines with a "kind" field are not
   captions: `edgecap run --append` opens and closes each run with one ("run_start",
   "run_end"); they are skipped and counted as run markers.
 
-Nothing here crashes on dirty input: undecodable bytes are replaced (and counted), malformed
-JSONL lines are skipped (and counted); only a file with no usable record is an error.
+Nothing here crashes on dirty input: malformed records and JSONL lines are skipped and counted,
+and so is a record whose caption holds bytes that are not UTF-8 (scored, it would lose a word
+without a sign): `CaptionFile.skipped` names their image ids. Only a file with no usable record
+is an error.
 """
 
 from __future__ import annotations
@@ -28,6 +31,15 @@ class CaptionFile:
     path: Path
     captions: dict[str, str]                       # image id -> caption (first occurrence)
     counts: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, list[str]] = field(default_factory=dict)  # reason -> image ids left out
+
+    def skip_lines(self) -> list[str]:
+        """One line per reason records were left out, naming up to 5 of their image ids."""
+        out = []
+        for why, ids in self.skipped.items():
+            shown = ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+            out.append(f"{self.path}: {len(ids)} record{'s' * (len(ids) != 1)} skipped, {why}: {shown}")
+        return out
 
 
 def _record_id(rec: dict) -> str | None:
@@ -41,28 +53,31 @@ def _record_id(rec: dict) -> str | None:
 
 def read_captions(path: str | Path, normalize=None) -> CaptionFile:
     """Read a caption file; `normalize` maps raw image ids to the keys used for matching."""
-    from edgecap.jsonio import parse_json, read_bytes, read_objects
+    from edgecap.jsonio import json_lines, parse_json, read_bytes
 
     path = Path(path)
     raw = read_bytes(path, "caption file")
     counts = {"records": 0, "duplicates": 0, "malformed_records": 0, "non_utf8_records": 0,
               "missing_caption": 0, "empty_captions": 0, "run_markers": 0}
-    records: list = []
+    records: list[tuple[object, bool]] = []  # (record, its bytes were all UTF-8)
     text = raw.decode("utf-8", errors="replace")
     if text.lstrip("\ufeff \t\r\n").startswith("["):
         parsed = parse_json(text.removeprefix("\ufeff"), str(path))  # its own line numbers
         if not isinstance(parsed, list):
             raise EdgecapError(f"{path}: expected a JSON list of {{image_id, caption}}")
-        records = parsed
-        if "\ufffd" in text and "\ufffd" not in raw.decode("utf-8", errors="ignore"):
-            counts["non_utf8_records"] = sum(
-                1 for r in records if isinstance(r, dict) and "\ufffd" in str(r.get("caption", "")))
+        # U+FFFD that decoding put there (not one the file spells out) marks bytes that are not UTF-8
+        replaced = "\ufffd" in text and "\ufffd" not in raw.decode("utf-8", errors="ignore")
+        records = [(r, not (replaced and isinstance(r, dict) and "\ufffd" in str(r.get("caption", ""))))
+                   for r in parsed]
     else:
-        lines = read_objects(raw)
-        records = lines.objects
-        counts.update(malformed_records=lines.malformed + lines.non_objects, non_utf8_records=lines.non_utf8)
+        for line in json_lines(raw):
+            if line.error is not None or not isinstance(line.value, dict):
+                counts["malformed_records"] += 1
+            else:
+                records.append((line.value, line.utf8 or "\ufffd" not in str(line.value.get("caption", ""))))
     captions: dict[str, str] = {}
-    for rec in records:
+    skipped: dict[str, list[str]] = {}
+    for rec, utf8 in records:
         if not isinstance(rec, dict):
             counts["malformed_records"] += 1
             continue
@@ -70,12 +85,18 @@ def read_captions(path: str | Path, normalize=None) -> CaptionFile:
             counts["run_markers"] += 1
             continue
         image_id = _record_id(rec)
-        if image_id is None:
+        caption = rec.get("caption")
+        if image_id is None or not (caption is None or isinstance(caption, str)):
             counts["malformed_records"] += 1
+            if image_id is not None:
+                skipped.setdefault("caption not a string", []).append(image_id)
+            continue
+        if not utf8:
+            counts["non_utf8_records"] += 1
+            skipped.setdefault("caption bytes not UTF-8", []).append(image_id)
             continue
         counts["records"] += 1
-        caption = rec.get("caption")
-        if not isinstance(caption, str):
+        if caption is None:
             counts["missing_caption"] += 1
             caption = ""
         if not caption.strip():
@@ -90,4 +111,4 @@ def read_captions(path: str | Path, normalize=None) -> CaptionFile:
             f"{path}: no caption records found (expected a JSON list of {{\"image_id\", \"caption\"}} "
             "or JSON Lines with image_id / source + frame_id and caption)"
         )
-    return CaptionFile(path, captions, counts)
+    return CaptionFile(path, captions, counts, skipped)

@@ -180,6 +180,13 @@ def _no_id_matches(path, captions: dict, gt: dict, acvr: str | None, instances: 
                         f"({expected}first seen {next(iter(captions))!r}){hint}")
 
 
+def _print_skips(cap) -> None:
+    """The records a caption file's reader left out (non-UTF-8 caption bytes, a caption that is
+    not a string), one line per reason naming their ids, on stderr."""
+    for line in cap.skip_lines():
+        print(line, file=sys.stderr)
+
+
 def _acvr_rows(args, area: str) -> dict[str, CoverageRow]:
     """--captions FILE ... --acvr DIR: one row per caption file, matched to ACVR frames by image id."""
     from edgecap.data.acvr import normalize_image_id
@@ -189,6 +196,7 @@ def _acvr_rows(args, area: str) -> dict[str, CoverageRow]:
     rows = {}
     for name, path in _file_names(args.captions).items():
         cap = read_captions(path, normalize=normalize_image_id)
+        _print_skips(cap)
         ids = [i for i in cap.captions if i in gt]
         if not ids:
             raise _no_id_matches(path, cap.captions, gt, args.acvr, None)
@@ -217,8 +225,12 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
             row_name = name if len(runs) == 1 else f"{name}#{run.number}"
             ids, captions, gts = [], [], []
             boxed = 0  # --area pixels: objects whose record has no pixel area, scored by their box
+            bad_captions = 0  # a caption that is not a string: malformed, not an empty caption
             for rec in run.records:
                 if rec.get("objects") is None:
+                    continue
+                if not isinstance(rec.get("caption"), (str, type(None))):
+                    bad_captions += 1
                     continue
                 where = f"--records {path}: run {run.number}, frame {rec.get('frame_id')!r}"
                 if not isinstance(rec["objects"], list):
@@ -238,10 +250,12 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
             if isinstance(start.get("wall_time"), (int, float)):
                 began = datetime.fromtimestamp(start["wall_time"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
                 ending = f"started {began}, {ending}"
-            counts = {"records": len(run.records), "records_without_objects": len(run.records) - len(ids),
+            counts = {"records": len(run.records), "records_without_objects": len(run.records) - len(ids) - bad_captions,
+                      "malformed_captions": bad_captions,
                       "malformed_lines": malformed, "source": start.get("source", (run.records or [{}])[0].get("source")),
                       "run_end": run.end is not None, "objects_scored_by_box": boxed}
-            note = (f"{len(run.records) - len(ids)} records without objects, "
+            note = (f"{len(run.records) - len(ids) - bad_captions} records without objects, "
+                    + (f"{bad_captions} malformed (caption not a string), " if bad_captions else "")
                     + (f"{boxed} objects without a pixel area scored by their box, " if boxed else "")
                     + f"source {counts['source']}, {ending}" + (f"; {malformed} malformed lines in the file" if malformed else ""))
             if not ids:
@@ -370,6 +384,7 @@ def run_coco(args) -> int:
     _report_path(args, "coco")
     refs, resolve = coco.load_references(args.refs, args.split)
     cap = read_captions(args.captions, normalize=resolve)
+    _print_skips(cap)
     preds = {k: v for k, v in cap.captions.items() if k in refs}
     if not preds:
         raise EdgecapError(
@@ -437,6 +452,7 @@ def run_chair(args) -> int:
     rows, doc = {}, {}
     for name, path in _file_names(args.captions).items():
         cap = read_captions(path, normalize=normalize)
+        _print_skips(cap)
         ids = [i for i in cap.captions if i in gt]
         if not ids:
             raise _no_id_matches(path, cap.captions, gt, args.acvr, args.instances)
