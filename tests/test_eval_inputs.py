@@ -9,7 +9,6 @@ import pytest
 
 from edgecap.errors import EdgecapError
 from edgecap.metrics.captions import read_captions
-
 from tests.test_eval_cli import write_acvr
 
 RECORDS = (b'{"image_id": 1, "caption": "a cup on a table"}\n'
