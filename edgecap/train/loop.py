@@ -7,8 +7,8 @@ Run directory (`--out`):
     metrics.jsonl       one JSON object per line: kind = train | val | prototypes | phase
     curves.png          training loss / SCST reward and validation CIDEr-D
     last.pt             model at the latest save (edgecap checkpoint, fp32)
-    last.state.pt       what resuming needs besides the weights: optimizer, RNG states of
-                        python / numpy / torch (per rank), counters, PMA banks
+    last.state.pt       what resuming needs: the weights (so one rename commits a save), optimizer,
+                        RNG states of python / numpy / torch (per rank), counters, PMA banks
     best.pt             best validation CIDEr-D so far (any phase)
     best_xe.pt          best validation CIDEr-D of the XE phase (where SCST starts, as in M2)
     data/               the synthetic world, when the config generates it
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -47,7 +48,13 @@ from edgecap.data.datasets import (
 )
 from edgecap.data.karpathy import KarpathySplits, load_karpathy
 from edgecap.errors import EdgecapError
-from edgecap.io import atomic_path, probe_writable, write_json_atomic, write_text_atomic
+from edgecap.io import (
+    atomic_path,
+    probe_writable,
+    remove_orphans,
+    write_json_atomic,
+    write_text_atomic,
+)
 from edgecap.jsonio import read_json
 from edgecap.models.checkpoint import read_payload, save_checkpoint
 from edgecap.models.factory import build_from_config
@@ -73,7 +80,8 @@ from edgecap.train.schedules import Constant, make_optimizer, set_lr, xe_schedul
 from edgecap.train.scst import SCST, reward_scorer
 from edgecap.train.xe import CaptionTrainModule, xe_step
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the state file carries the weights, so one rename commits a save
+READABLE_STATE_VERSIONS = (1, 2)
 # the files a run writes into --out (the module docstring describes each); its data/ and
 # index/ directories are guarded by their own kinds (edgecap.io), like any --out of theirs
 RUN_FILES = ("config.toml", "vocab.json", "metrics.jsonl", "curves.png", "last.pt", "last.state.pt", "best.pt",
@@ -163,12 +171,12 @@ class Trainer:
             raise EdgecapError(f"--out {self.out} exists and is not a directory; name a run directory")
         if not self.resume:
             probe_writable(self.out)  # a parent that is a file, a read-only place: one line, before the data
-        last = self.out / "last.pt"
+        last, state = self.out / "last.pt", self.out / "last.state.pt"
         if self.resume:
-            if not last.is_file() or not (self.out / "last.state.pt").is_file():
+            if not state.is_file():
                 raise EdgecapError(f"--resume: {self.out} has no last.pt / last.state.pt to resume from")
-            self._last_payload = read_payload(last)
-            self.started_in = self._last_payload.get("meta", {}).get("train_cwd") or self.started_in
+            self._saved = self._read_state()
+            self.started_in = self._saved["meta"].get("train_cwd") or self.started_in
             stored = self.out / "config.toml"
             if stored.is_file():
                 old = parse_config(_toml(stored), source=str(stored))
@@ -178,7 +186,7 @@ class Trainer:
                         f"--resume: the config differs from the run's {stored} at {diff}; resume with --config {shlex.quote(str(stored))} "
                         f"(it includes any --set / --data changes the run started with)"
                     )
-        elif last.is_file():
+        elif last.is_file() or state.is_file():
             raise EdgecapError(
                 f"run directory {self.out} already holds a run (last.pt); pass --resume to continue it or choose another --out"
             )
@@ -208,12 +216,10 @@ class Trainer:
 
     def setup(self) -> None:
         self._check_run_dir()
-        cfg = self.cfg = self.written.with_paths_from(self.started_in)
         if self.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            if not self.resume:
-                write_text_atomic(self.out / "config.toml", cfg.text or to_toml(cfg.to_dict()))
-        barrier()
+            for name in RUN_FILES:  # the work folders of writes a kill interrupted
+                remove_orphans(self.out / name)
+        cfg = self.cfg = self.written.with_paths_from(self.started_in)
         karpathy, images, features = prepare_data(cfg, self.out, self.progress and self.is_main)
         self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val"))
         if not self.splits.train:
@@ -225,8 +231,6 @@ class Trainer:
             self.vocab = Vocab.from_dict(read_json(vocab_path, "the run's vocabulary"), where=str(vocab_path))
         else:
             self.vocab = Vocab.build((c for im in self.splits.train for c in im.captions), cfg.data.min_count)
-            if self.is_main:
-                write_json_atomic(vocab_path, self.vocab.to_dict())
         v = self.vocab
         self.model_cfg = cfg.model_config(len(v), {"pad": v.pad_id, "bos": v.bos_id, "eos": v.eos_id, "unk": v.unk_id})
         vc = self.model_cfg.visual
@@ -257,15 +261,22 @@ class Trainer:
                 f"model visual front end {self.model_cfg.visual.kind!r} reads precomputed features; "
                 f"set [data].features (HDF5) or use visual.kind = \"cnn\" with images"
             )
-        self.retrieval = None
-        if needs_retrieval(self.model):
-            self._setup_retrieval(images if takes_images else None, None if takes_images else features)
         d = cfg.data
         if takes_images:
             source = ImageSource(images, self.model_cfg.visual, d.augment, d.shift_pixels, d.cache_images)
         else:
             source = FeatureSource(features, self.model_cfg.n_regions, self.model_cfg.d_in)
             source.check(self.splits.train + self.splits.val)
+        if self.is_main:  # every check passed: only now does the run directory get the run's files
+            self.out.mkdir(parents=True, exist_ok=True)
+            if not self.resume:
+                write_text_atomic(self.out / "config.toml", cfg.text or to_toml(cfg.to_dict()))
+            if not (self.resume and vocab_path.is_file()):
+                write_json_atomic(vocab_path, self.vocab.to_dict())
+        barrier()
+        self.retrieval = None
+        if needs_retrieval(self.model):
+            self._setup_retrieval(images if takes_images else None, None if takes_images else features)
         max_len = self.model_cfg.max_len
         self.train_set = CaptionDataset(self.splits.train, source, v, max_len, cfg.run.seed,
                                         augment=d.augment != "none", extra=self.retrieval)
@@ -348,44 +359,73 @@ class Trainer:
             states = [None] * self.world
             torch.distributed.all_gather_object(states, rng_state())
         if self.is_main:
+            meta = self._meta()
             payload = {
                 "version": STATE_VERSION,
                 "state": asdict(self.state),
                 "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
                 "rng": states,
                 "memory": self.memory.state_dict() if self.memory is not None else None,
+                "weights": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+                "meta": meta,
             }
-            # State first, then weights: last.pt's meta.step must match, so a crash between
-            # the two writes is detected on resume instead of mixing two steps.
+            # The save commits with the one rename of last.state.pt, which carries the weights
+            # too: a kill at any instant leaves either the previous complete save or this one.
+            # last.pt (the checkpoint users load) follows; a kill before it is made good on resume.
             with atomic_path(self.out / "last.state.pt", suffix=".pt") as tmp:
                 torch.save(payload, tmp)
-            save_checkpoint(self.out / "last.pt", self.model, self.vocab, self._meta())
+            save_checkpoint(self.out / "last.pt", self.model, self.vocab, meta)
         barrier()
 
-    def _load_last(self) -> None:
-        last = self.out / "last.pt"
-        payload, self._last_payload = self._last_payload, None
-        state_dict = {k: v.float() if v.is_floating_point() else v for k, v in payload["state_dict"].items()}
-        self.model.load_state_dict(state_dict)
+    def _read_state(self) -> dict:
+        path = self.out / "last.state.pt"
         try:
-            saved = torch.load(self.out / "last.state.pt", map_location="cpu", weights_only=True)
+            saved = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:
-            raise EdgecapError(f"{self.out / 'last.state.pt'}: unreadable training state ({exc})") from exc
-        if saved.get("version") != STATE_VERSION:
-            raise EdgecapError(f"{self.out / 'last.state.pt'}: version {saved.get('version')!r}, expected {STATE_VERSION}")
+            raise EdgecapError(f"{path}: unreadable training state ({exc})") from exc
+        if not isinstance(saved, dict) or saved.get("version") not in READABLE_STATE_VERSIONS:
+            version = saved.get("version") if isinstance(saved, dict) else None
+            raise EdgecapError(f"{path}: version {version!r}, expected one of "
+                               f"{', '.join(map(str, READABLE_STATE_VERSIONS))}")
+        if saved["version"] == 1:  # weights in last.pt only: the two files must be of one save
+            last = self.out / "last.pt"
+            payload = read_payload(last)
+            if payload.get("meta", {}).get("step") != saved["state"]["step"]:
+                raise EdgecapError(
+                    f"--resume: {last} is at step {payload.get('meta', {}).get('step')} but last.state.pt at "
+                    f"step {saved['state']['step']} (a save was interrupted); cannot resume exactly"
+                )
+            saved["weights"], saved["meta"] = payload["state_dict"], payload.get("meta", {})
+        return saved
+
+    def _load_last(self) -> None:
+        saved, self._saved = self._saved, None
+        self.model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in saved["weights"].items()})
         self.state = RunState(**saved["state"])
-        if payload.get("meta", {}).get("step") != self.state.step:
-            raise EdgecapError(
-                f"--resume: {last} is at step {payload.get('meta', {}).get('step')} but last.state.pt at "
-                f"step {self.state.step} (a save was interrupted); cannot resume exactly"
-            )
         if len(saved["rng"]) != self.world:
             raise EdgecapError(f"--resume: the run used {len(saved['rng'])} processes, this one has {self.world}")
         if self.memory is not None and saved.get("memory") is not None:
             self.memory.load_state_dict(saved["memory"])
         self._pending_optimizer_state = saved.get("optimizer")
         self.metrics.truncate_after(self.state.step)
+        self._repair_last(saved["meta"])
         set_rng_state(saved["rng"][self.rank])
+
+    def _repair_last(self, meta: dict) -> None:
+        """A kill after last.state.pt committed and before last.pt did leaves last.pt one save
+        behind (or absent): write it again from the state's weights, so the run directory
+        agrees with itself before anything else happens."""
+        if not self.is_main:
+            return
+        last = self.out / "last.pt"
+        try:
+            behind = read_payload(last).get("meta", {}).get("step") != self.state.step
+        except EdgecapError:
+            behind = True
+        if behind:
+            save_checkpoint(last, self.model, self.vocab, meta)
+            print(f"edgecap: {last} was not written by the last save (interrupted); written again from "
+                  f"last.state.pt (step {self.state.step})", file=sys.stderr, flush=True)
 
     def _save_model(self, name: str, val: float, at_stop: bool = False) -> None:
         if self.is_main:
