@@ -137,6 +137,7 @@ class RunSection:
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch intra-op threads, 0 = torch's default
     val_samples: int = 5  # validation captions echoed into metrics.jsonl
+    val_beam: int = 1  # beam of the validation that selects best.pt (and of train --test); M2 uses 5
 
 
 @dataclass
@@ -363,6 +364,7 @@ def _validate(cfg: TrainConfig, where: str) -> None:
         raise EdgecapError(f"{where}: nothing to train: [schedule].epochs and [scst].epochs are both 0")
     _choice(cfg.run.device, ("auto", "cpu", "cuda"), f"{where}: [run].device")
     _positive(cfg.run.log_every, f"{where}: [run].log_every")
+    _positive(cfg.run.val_beam, f"{where}: [run].val_beam")
     # The model section: build the config once so a bad preset / field fails now, not later.
     try:
         from edgecap.models.factory import check_parts

@@ -11,6 +11,7 @@ Run directory (`--out`):
                         RNG states of python / numpy / torch (per rank), counters, PMA banks
     best.pt             best validation CIDEr-D so far (any phase)
     best_xe.pt          best validation CIDEr-D of the XE phase (where SCST starts, as in M2)
+    test_captions.json  --test: best.pt's captions of the test split (COCO results format)
     data/               the synthetic world, when the config generates it
     index/              RA-Transformer: the retrieval index built with the frozen visual front end
 
@@ -85,7 +86,7 @@ READABLE_STATE_VERSIONS = (1, 2)
 # the files a run writes into --out (the module docstring describes each); its data/ and
 # index/ directories are guarded by their own kinds (edgecap.io), like any --out of theirs
 RUN_FILES = ("config.toml", "vocab.json", "metrics.jsonl", "curves.png", "last.pt", "last.state.pt", "best.pt",
-             "best_xe.pt", "summary.json")
+             "best_xe.pt", "summary.json", "test_captions.json")
 PHASES = ("xe", "scst")
 
 
@@ -141,12 +142,14 @@ def prepare_data(cfg: TrainConfig, out: Path, progress: bool) -> tuple[Path, Pat
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, out: str | os.PathLike | None = None, resume: bool = False,
-                 max_steps: int | None = None, device: str | None = None, progress: bool = True):
+                 max_steps: int | None = None, device: str | None = None, progress: bool = True,
+                 test: bool = False):
         self.cfg = cfg  # with its paths resolved in setup(); `written` is the config as the user wrote it
         self.written = cfg
         self.started_in = os.getcwd()  # a resumed run: the directory the run started in (setup)
         self.out = Path(out or cfg.run.out or Path("runs") / Path(cfg.source or "run").stem)
         self.resume, self.max_steps, self.progress = resume, max_steps, progress
+        self.test = test  # score the test split with best.pt once the run is done
         self.restarted = False  # set when --out holds a same-config run that never saved
         want = device or cfg.run.device
         if want == "auto":
@@ -221,7 +224,11 @@ class Trainer:
                 remove_orphans(self.out / name)
         cfg = self.cfg = self.written.with_paths_from(self.started_in)
         karpathy, images, features = prepare_data(cfg, self.out, self.progress and self.is_main)
-        self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val"))
+        self.karpathy = karpathy
+        self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val", "test") if self.test
+                                                    else ("train", "val"))
+        if self.test and not self.splits.test:
+            raise EdgecapError(f"--test: {karpathy} has no test split")
         if not self.splits.train:
             raise EdgecapError(f"{karpathy}: no training images (split train or restval)")
         if not self.splits.val:
@@ -266,7 +273,7 @@ class Trainer:
             source = ImageSource(images, self.model_cfg.visual, d.augment, d.shift_pixels, d.cache_images)
         else:
             source = FeatureSource(features, self.model_cfg.n_regions, self.model_cfg.d_in)
-            source.check(self.splits.train + self.splits.val)
+            source.check(self.splits.train + self.splits.val + self.splits.test)
         if self.is_main:  # every check passed: only now does the run directory get the run's files
             self.out.mkdir(parents=True, exist_ok=True)
             if not self.resume:
@@ -280,12 +287,10 @@ class Trainer:
         max_len = self.model_cfg.max_len
         self.train_set = CaptionDataset(self.splits.train, source, v, max_len, cfg.run.seed,
                                         augment=d.augment != "none", extra=self.retrieval)
-        val_images = self.splits.val[: d.val_images] if d.val_images else self.splits.val
-        eval_source = source
+        self.val_images = self.splits.val[: d.val_images] if d.val_images else self.splits.val
+        self.eval_source = source
         if takes_images and d.augment != "none":
-            eval_source = ImageSource(images, self.model_cfg.visual, "none", 0, d.cache_images)
-        self.val_set = CaptionDataset(val_images, eval_source, v, max_len, cfg.run.seed)
-        self.val_refs = [im.caption_strings() for im in val_images]
+            self.eval_source = ImageSource(images, self.model_cfg.visual, "none", 0, d.cache_images)
         self.train_refs = [im.caption_strings() for im in self.splits.train]
 
         self.memory = None
@@ -535,30 +540,17 @@ class Trainer:
 
     # -- validation ----------------------------------------------------------------------
 
-    @torch.no_grad()
-    def validate(self) -> tuple[float, list[str]]:
+    def validate(self, items=None) -> tuple[float, list[str]]:
+        """CIDEr-D of the model's captions of the validation images (or `items`, from the same
+        source) with [run].val_beam, the beam that selects best.pt."""
         from edgecap.contract.beam import DecodeOptions
-        from edgecap.metrics.ciderd import CiderD
-        from edgecap.models.decoding import generate
+        from edgecap.train.split_captions import caption_images, ciderd
 
-        model = self.model
-        was_training = model.training
-        model.eval()
-        sampler = EpochBatchSampler(len(self.val_set), self.cfg.data.val_batch_size, shuffle=False)
-        loader = torch.utils.data.DataLoader(self.val_set, batch_sampler=sampler, num_workers=0,
-                                             collate_fn=partial(collate, pad_id=self.vocab.pad_id),
-                                             generator=torch.Generator())
-        captions: list[str] = []
-        for batch in loader:
-            batch = batch.to(self.device)
-            feats, fmask = model.visual(batch.inputs, batch.mask)
-            extra = self.retrieval.for_features(feats, fmask) if self.retrieval is not None else ()
-            hyps = generate(model, feats, fmask, DecodeOptions(beam_size=1, max_len=self.model_cfg.max_len),
-                            extra=extra)
-            captions += [" ".join(self.vocab.decode(row)) for row in hyps.best()]
-        model.train(was_training)
-        score, _ = CiderD(self.val_refs).score(captions, self.val_refs)
-        return score, captions
+        items = self.val_images if items is None else items
+        options = DecodeOptions(beam_size=self.cfg.run.val_beam, max_len=self.model_cfg.max_len)
+        captions = caption_images(self.model, self.vocab, self.eval_source, items, options,
+                                  self.cfg.data.val_batch_size, self.device, self.retrieval)
+        return ciderd(items, captions), captions
 
     def _end_epoch(self) -> None:
         s = self.state
@@ -595,18 +587,21 @@ class Trainer:
         self.bar = None
         stopped = False
         try:
-            if self.state.done:
+            if self.state.done and not self.test:
                 return self.summary(stopped=False)
-            phases = self.phases()
-            start = phases.index(self.state.phase) if self.state.phase in phases else 0
-            for phase in phases[start:]:
-                self._enter_phase(phase)
-                stopped = self._run_phase(phase)
-                if stopped:
-                    break
-            if not stopped:
-                self.state.done = True
-                self.save_last()
+            if not self.state.done:
+                phases = self.phases()
+                start = phases.index(self.state.phase) if self.state.phase in phases else 0
+                for phase in phases[start:]:
+                    self._enter_phase(phase)
+                    stopped = self._run_phase(phase)
+                    if stopped:
+                        break
+                if not stopped:
+                    self.state.done = True
+                    self.save_last()
+            if not stopped and self.test:
+                self.score_test()
         finally:
             if self.bar is not None:
                 self.bar.close()
@@ -658,6 +653,28 @@ class Trainer:
             self.bar = None
         return False
 
+    def score_test(self) -> None:
+        """--test: best.pt's captions of the test split with the validation beam, into
+        test_captions.json (COCO results, what `edgecap eval coco` reads) and metrics.jsonl."""
+        if not self.is_main:
+            barrier()
+            return
+        from edgecap.models.checkpoint import load_checkpoint
+        from edgecap.train.split_captions import results
+
+        best = self.out / "best.pt"
+        weights = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(load_checkpoint(best).model.state_dict())
+        try:
+            score, captions = self.validate(self.splits.test)
+        finally:
+            self.model.load_state_dict(weights)
+        write_json_atomic(self.out / "test_captions.json", results(self.splits.test, captions))
+        self.metrics.write({"kind": "test", "step": self.state.step, "checkpoint": "best.pt",
+                            "beam": self.cfg.run.val_beam, "images": len(captions), "cider_d": score,
+                            "samples": captions[: self.cfg.run.val_samples]})
+        barrier()
+
     def summary(self, stopped: bool) -> dict:
         s = self.state
         vals = [r for r in self.metrics.records() if r.get("kind") == "val" and not r.get("at_stop")] \
@@ -670,6 +687,9 @@ class Trainer:
                 "best_xe_val_cider_d": max(xe) if xe else None,
                 "best_scst_val_cider_d": max(scst) if scst else None,
                 "last_val_cider_d": vals[-1]["cider_d"] if vals else None,
+                "karpathy": str(self.karpathy),
+                "test_cider_d": next((r["cider_d"] for r in reversed(self.metrics.records()) if r.get("kind") == "test"),
+                                     None) if self.is_main else None,
                 "model": self.model_cfg.name, "parameters": self.model.num_parameters(), "world_size": self.world,
                 "best_checkpoint": self._best_checkpoint() if self.is_main else None}
 
