@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: [run].device (auto)")
     parser.add_argument("--visual-weights", dest="visual_weights", default=None,
                         help="local weights of the [model].visual front end (open_clip or torchvision state dict)")
+    parser.add_argument("--init-from", dest="init_from", default=None, metavar="CHECKPOINT",
+                        help="start a new run from this checkpoint's weights and vocabulary (e.g. SCST only: "
+                             "--set schedule.epochs=0 --set scst.epochs=20); the same as --set run.init_from=...")
     parser.add_argument("--test", action="store_true",
                         help="once the run is done, caption the test split with best.pt and [run].val_beam: "
                              "CIDEr-D in metrics.jsonl and summary.json, captions in RUN_DIR/test_captions.json")
@@ -44,11 +47,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from edgecap.errors import EdgecapError
     from edgecap.train.config import load_config
     from edgecap.train.loop import Trainer
 
     out, config = run_dir_and_config(args)
-    cfg = load_config(config, args.overrides, args.data)
+    overrides = list(args.overrides)
+    if args.init_from is not None:
+        if args.resume is not None:
+            raise EdgecapError("--init-from starts a new run; a resumed run continues from its own last save")
+        overrides.append(f"run.init_from={args.init_from}")
+    cfg = load_config(config, overrides, args.data)
     if args.visual_weights is not None:
         cfg = cfg.with_visual_weights(args.visual_weights)
     trainer = Trainer(cfg, out=out, resume=args.resume is not None, max_steps=args.max_steps,

@@ -101,6 +101,10 @@ class RunState:
     phase_step: int = 0  # optimizer steps in this phase (drives the schedule)
     best: float = -1.0  # best validation CIDEr-D, any phase
     best_xe: float = -1.0
+    best_xe_epoch: int = 0  # the XE epoch best_xe.pt holds (where SCST starts)
+    phase_best: float = -1.0  # best validation CIDEr-D of this phase: what patience counts from
+    phase_best_epoch: int = 0
+    since_best: int = 0  # epochs of this phase since phase_best last improved
     done: bool = False
     log_acc: dict = field(default_factory=dict)  # running sums for the next metrics line
     seconds: float = 0.0  # wall-clock time spent in this run, over all its resumes
@@ -236,6 +240,9 @@ class Trainer:
         vocab_path = self.out / "vocab.json"
         if self.resume and vocab_path.is_file():
             self.vocab = Vocab.from_dict(read_json(vocab_path, "the run's vocabulary"), where=str(vocab_path))
+        elif cfg.run.init_from:  # the words the weights were trained with
+            self._init = read_payload(cfg.run.init_from)
+            self.vocab = Vocab.from_dict(self._init["vocab"], where=f"--init-from {cfg.run.init_from}")
         else:
             self.vocab = Vocab.build((c for im in self.splits.train for c in im.captions), cfg.data.min_count)
         v = self.vocab
@@ -248,6 +255,8 @@ class Trainer:
         self.features_provenance = cfg.features_provenance()
         seed_everything(cfg.run.seed)  # identical initial weights on every rank
         self.model = build_from_config(self.model_cfg).to(self.device)
+        if cfg.run.init_from and not self.resume:
+            self._init_weights(cfg.run.init_from)
         for p in self.model.parameters():
             if p.numel() == 0:
                 # e.g. M = 0 memory slots: nothing to learn, and DDP would wait for its gradient.
@@ -317,6 +326,16 @@ class Trainer:
         else:
             seed_everything(cfg.run.seed + self.rank)  # dropout masks differ between ranks
 
+    def _init_weights(self, path: str) -> None:
+        """--init-from: a new run (e.g. SCST only) starts from a trained checkpoint's weights."""
+        from edgecap.models.checkpoint import check_weights
+
+        payload, self._init = self._init, None
+        weights = {k: v.float() if v.is_floating_point() else v for k, v in payload["state_dict"].items()}
+        check_weights(self.model.state_dict(), weights, f"--init-from {path}",
+                      f"its model is not the one [model] of this config builds (preset {self.cfg.preset!r})")
+        self.model.load_state_dict(weights)
+
     def _setup_retrieval(self, images: Path | None, features: Path | None) -> None:
         """RA-T: freeze the visual front end (from [retrieval].visual_from, else as initialised),
         build or reuse the run's index, and record it in the model config for export."""
@@ -334,6 +353,31 @@ class Trainer:
 
     def _phase_epochs(self, phase: str) -> int:
         return self.cfg.schedule.epochs if phase == "xe" else self.cfg.scst.epochs
+
+    def _patience(self, phase: str) -> int:
+        return self.cfg.schedule.patience if phase == "xe" else self.cfg.scst.patience
+
+    def _out_of_patience(self, phase: str) -> bool:
+        patience = self._patience(phase)
+        return patience > 0 and self.state.since_best >= patience
+
+    def _end_of_phase(self, phase: str) -> None:
+        """The line that says why a phase ended, once (a resume that replays nothing adds none)."""
+        s = self.state
+        reason = "patience" if self._out_of_patience(phase) else "epochs"
+        line = {"kind": "phase_end", "phase": phase, "step": s.step, "epochs": s.epoch, "reason": reason,
+                "best_epoch": s.phase_best_epoch, "best_cider_d": s.phase_best}
+        if not self._logged(line):
+            self.metrics.write(line)
+        if self.is_main and self.progress and reason == "patience":
+            print(f"{phase}: validation CIDEr-D has not improved for {s.since_best} epochs (patience "
+                  f"{self._patience(phase)}); best epoch {s.phase_best_epoch} ({s.phase_best:.3f})",
+                  file=sys.stderr, flush=True)
+
+    def _logged(self, line: dict) -> bool:
+        """Whether metrics.jsonl already ends with `line` (written before a kill that the save
+        at the same step survived)."""
+        return self.is_main and line in self.metrics.records()
 
     def _batch_size(self, phase: str) -> int:
         return (self.cfg.scst.batch_size or self.cfg.data.batch_size) if phase == "scst" else self.cfg.data.batch_size
@@ -458,13 +502,17 @@ class Trainer:
     def _enter_phase(self, phase: str) -> None:
         cfg, s = self.cfg, self.state
         if s.phase != phase:  # a new phase (never on the resume of a phase in progress)
+            line = {"kind": "phase", "phase": phase, "step": s.step}
             if phase == "scst" and (self.out / "best_xe.pt").is_file():
                 payload = read_payload(self.out / "best_xe.pt")
                 self.model.load_state_dict({k: v.float() if v.is_floating_point() else v
                                             for k, v in payload["state_dict"].items()})
+                line.update({"from": "best_xe.pt", "from_epoch": s.best_xe_epoch, "from_cider_d": s.best_xe})
             s.phase, s.epoch, s.batch, s.phase_step, s.log_acc = phase, 0, 0, 0, {}
+            s.phase_best, s.phase_best_epoch, s.since_best = -1.0, 0, 0
             self._pending_optimizer_state = None
-            self.metrics.write({"kind": "phase", "phase": phase, "step": s.step})
+            if not self._logged(line):
+                self.metrics.write(line)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if phase == "xe":
             o = cfg.optim
@@ -560,21 +608,28 @@ class Trainer:
         if self.is_main:
             score, captions = self.validate()
             n = self.cfg.run.val_samples
+            if score > s.phase_best:
+                s.phase_best, s.phase_best_epoch, s.since_best = score, s.epoch, 0
+            else:
+                s.since_best += 1
             self.metrics.write({"kind": "val", "phase": s.phase, "step": s.step, "epoch": s.epoch,
-                                "cider_d": score, "samples": captions[:n]})
+                                "cider_d": score, "beam": self.cfg.run.val_beam, "best_epoch": s.phase_best_epoch,
+                                "since_best": s.since_best, "patience": self._patience(s.phase),
+                                "samples": captions[:n]})
             if score > s.best:
                 s.best = score
                 self._save_model("best.pt", score)
             if s.phase == "xe" and score > s.best_xe:
-                s.best_xe = score
+                s.best_xe, s.best_xe_epoch = score, s.epoch
                 self._save_model("best_xe.pt", score)
             if self.bar is not None and self.progress:
                 self.bar.write(f"{s.phase} epoch {s.epoch}: validation CIDEr-D {score:.3f} (best {s.best:.3f})")
         if self.world > 1:
-            # Rank 0 alone validated: share the bests so every rank's state agrees.
-            bests = [s.best, s.best_xe]
+            # Rank 0 alone validated: share the bests so every rank's state (and when a phase
+            # runs out of patience) agrees.
+            bests = [s.best, s.best_xe, s.best_xe_epoch, s.phase_best, s.phase_best_epoch, s.since_best]
             torch.distributed.broadcast_object_list(bests, src=0)
-            s.best, s.best_xe = bests
+            s.best, s.best_xe, s.best_xe_epoch, s.phase_best, s.phase_best_epoch, s.since_best = bests
         self.save_last()
         if self.is_main:
             plot_curves(self.metrics.records(), self.out / "curves.png")
@@ -622,7 +677,7 @@ class Trainer:
         self.bar = progress_bar(total=epochs * per_epoch, initial=s.epoch * per_epoch + s.batch, desc=phase,
                                 unit="step", quiet=not (self.progress and self.is_main))
         try:
-            while s.epoch < epochs:
+            while s.epoch < epochs and not self._out_of_patience(phase):
                 self.sampler.set_epoch(s.epoch, start=s.batch)
                 self.train_set.set_epoch(s.epoch)
                 tick = time.perf_counter()
@@ -651,6 +706,7 @@ class Trainer:
         finally:
             self.bar.close()
             self.bar = None
+        self._end_of_phase(phase)
         return False
 
     def score_test(self) -> None:
