@@ -235,7 +235,7 @@ def remove_orphans(target: str | os.PathLike) -> list[Path]:
         return removed
     for work in candidates:
         try:
-            fd = os.open(work / LOCK_NAME, os.O_RDWR)
+            fd = os.open(_lock_file(work), os.O_RDWR)
         except OSError:
             continue  # no lock file yet (or not ours): not provably orphaned
         try:
@@ -254,6 +254,16 @@ def remove_orphans(target: str | os.PathLike) -> list[Path]:
         finally:
             os.close(fd)
     return removed
+
+
+def _lock_file(work: Path) -> Path:
+    """The work directory's lock: `lock`, or the `.lock.*` it is made as (its writer holds the
+    flock before the rename, so a kill between the two leaves that one to prove it orphaned)."""
+    lock = work / LOCK_NAME
+    if lock.exists():
+        return lock
+    pending = sorted(work.glob(".lock.*"))
+    return pending[0] if pending else lock
 
 
 def glob_escape(name: str) -> str:

@@ -205,3 +205,13 @@ def test_m2_family_configs_build_the_optimizers_of_the_m2_code(name):
     for key in ("lr", "betas", "eps", "weight_decay"):
         assert scst.defaults[key] == official.defaults[key], key
     assert Constant(cfg.scst.lr)(1) == 5e-6 and cfg.scst.beam_size == 5 and cfg.scst.baseline == "mean"
+
+
+@pytest.mark.parametrize("name", ["coco-m2", "coco-smart", "coco-smart-nomem", "coco-transformer", "coco-pma",
+                                  "coco-pma-edge", "coco-updown"])
+def test_coco_configs_select_and_switch_as_the_papers_do(name):
+    """M2 train.py: XE until validation CIDEr-D (beam 5) has not improved for 5 epochs, SCST
+    from the best XE weights until 5 more without one."""
+    cfg = load_config(Path(REPO) / "configs" / f"{name}.toml")
+    assert cfg.schedule.patience == 5 and cfg.scst.patience == 5 and cfg.run.val_beam == 5
+    assert cfg.scst.epochs > 0

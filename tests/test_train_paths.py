@@ -137,3 +137,15 @@ def test_the_shipped_coco_config_says_where_its_missing_data_comes_from(tmp_path
     assert code == 1 and "[data].features = 'data/coco/coco_detections.hdf5'" in err
     assert "coco_detections.hdf5 as the meshed-memory-transformer README links it" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_refused_run_leaves_nothing_in_out_and_the_corrected_run_goes_ahead(tmp_path, run_cli, monkeypatch):
+    project = _project(tmp_path / "project")
+    monkeypatch.chdir(project)
+    table = (project / "configs" / "tiny.toml").read_text()
+    (project / "configs" / "wrong.toml").write_text(table.replace('kind = "cnn"', 'kind = "features"'))
+    code, _, err = run_cli("train", "--config", "configs/wrong.toml", "--out", "runs/t", "--quiet")
+    assert code == 1 and "reads precomputed features" in err and len(err.strip().splitlines()) == 1
+    assert not (project / "runs" / "t").exists() or not any((project / "runs" / "t").iterdir())
+    code, stdout, err = run_cli("train", "--config", "configs/tiny.toml", "--out", "runs/t", "--max-steps", 1, "--quiet")
+    assert code == 0 and "stopped at step 1" in stdout, err

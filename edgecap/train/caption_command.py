@@ -3,6 +3,11 @@
     edgecap caption runs/demo/best.pt photo.jpg
     edgecap caption runs/demo/best.pt data/coco/val2014 --json val_captions.json --beam 3
     edgecap eval coco --captions val_captions.json --refs dataset_coco.json --split val
+    edgecap caption runs/m2/best.pt --features coco_detections.hdf5 --split test --json test.json
+
+`--split test|val` captions a Karpathy split of the checkpoint's training data (or
+`--karpathy FILE`): from the HDF5 features a features-trained checkpoint reads (`--features`,
+default the training features), or from the training images. The ids are the split's cocoids.
 
 A folder stands for the images in it (not its subfolders), in name order. `--json` writes the
 COCO results format `edgecap eval coco` and the COCO server read: a list of
@@ -26,8 +31,16 @@ COCO_NAME = re.compile(r"(?:COCO_[A-Za-z]+\d*_)?0*(\d+)")
 
 def add_arguments(parser) -> None:
     parser.add_argument("checkpoint", help="an edgecap checkpoint (.pt); for an exported bundle use edgecap run")
-    parser.add_argument("images", nargs="+", metavar="IMAGE|FOLDER",
-                        help="image files (anything OpenCV reads) or folders of them")
+    parser.add_argument("images", nargs="*", metavar="IMAGE|FOLDER",
+                        help="image files (anything OpenCV reads) or folders of them (not with --split)")
+    parser.add_argument("--split", choices=("test", "val"), default=None,
+                        help="caption this Karpathy split of the training data instead of images: from "
+                             "--features for a checkpoint trained on features, else the training images")
+    parser.add_argument("--features", metavar="FILE", default=None,
+                        help="with --split: HDF5 features in M2's layout (<image_id>_features), as the "
+                             "checkpoint trained on (default: its training features file)")
+    parser.add_argument("--karpathy", metavar="FILE", default=None,
+                        help="with --split: the Karpathy dataset_coco.json (default: the checkpoint's training data)")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="write the captions as COCO results JSON [{image_id, caption}] "
                              "(what edgecap eval coco --captions reads)")
@@ -114,13 +127,16 @@ def run(args) -> int:
     out = Path(args.json) if args.json else None
     if out is not None:
         check_output(out)
-    paths = image_paths(args.images)
+    if args.split is None:
+        for flag in ("features", "karpathy"):
+            if getattr(args, flag) is not None:
+                raise EdgecapError(f"--{flag} goes with --split test|val (a split of the data to caption)")
+        if not args.images:
+            raise EdgecapError("name images or folders to caption, or --split test|val for a split of the training data")
+    elif args.images:
+        raise EdgecapError(f"--split {args.split} captions the split's images; name no images besides it")
     ckpt = load_checkpoint(args.checkpoint)
     model, vc = ckpt.model, ckpt.config.visual
-    if not getattr(model.visual, "takes_images", False):
-        raise EdgecapError(
-            f"checkpoint {args.checkpoint} reads precomputed features (visual.kind={vc.kind!r}), not images"
-        )
     max_len = ckpt.config.max_len if args.max_len is None else args.max_len
     if not 2 <= max_len <= ckpt.config.max_len:
         raise EdgecapError(f"--max-len {max_len}: expected 2..{ckpt.config.max_len} (the model's caption length)")
@@ -128,6 +144,15 @@ def run(args) -> int:
         raise EdgecapError(f"--beam {args.beam}: expected 1..{ckpt.config.vocab_size} (the model's vocabulary)")
     options = DecodeOptions(beam_size=args.beam, max_len=max_len, length_penalty=args.length_penalty)
     retrieval = retrieval_for(ckpt)
+    if args.split is not None:
+        return caption_split(args, ckpt, options, retrieval, out)
+    if not getattr(model.visual, "takes_images", False):
+        ck = shlex.quote(str(args.checkpoint))
+        raise EdgecapError(
+            f"checkpoint {args.checkpoint} reads precomputed features (visual.kind={vc.kind!r}), not images; "
+            f"caption a split from its features: edgecap caption {ck} --features FILE.h5 --split test --json OUT"
+        )
+    paths = image_paths(args.images)
     bar = progress_bar(total=len(paths), quiet=args.quiet, desc="caption", unit="img")
     results = []
     with bar:
@@ -151,4 +176,73 @@ def run(args) -> int:
         write_json_atomic(out, records)
         print(f"wrote {out} ({len(records)} captions, COCO results format: "
               f"edgecap eval coco --captions {shlex.quote(str(out))} --refs dataset_coco.json)")
+    return 0
+
+
+def split_data(args, ckpt) -> tuple[Path, Path | None, Path | None]:
+    """(Karpathy json, image root, features file) for --split: --karpathy / --features, else the
+    data the checkpoint trained on, found as export finds it."""
+    from edgecap.errors import EdgecapError
+    from edgecap.export.verify import find_parity_data
+
+    found, _, looked = find_parity_data("", ckpt.meta, Path(args.checkpoint))
+    karpathy = Path(args.karpathy) if args.karpathy else found.karpathy if found else None
+    if karpathy is None:
+        where = f" (looked at {', '.join(looked)})" if looked else ""
+        raise EdgecapError(f"--split {args.split}: the checkpoint's training data is not found{where}; "
+                           f"pass --karpathy dataset_coco.json")
+    features = Path(args.features) if args.features else found.features if found else None
+    return karpathy, found.images if found else None, features
+
+
+def caption_split(args, ckpt, options, retrieval, out: Path | None) -> int:
+    """--split: every image of a Karpathy split, from features or images, into COCO results."""
+    from edgecap.data.karpathy import load_karpathy
+    from edgecap.errors import EdgecapError
+    from edgecap.io import write_json_atomic
+    from edgecap.train.split_captions import (
+        caption_images,
+        ciderd,
+        feature_source,
+        image_source,
+        results,
+    )
+
+    karpathy, images, features = split_data(args, ckpt)
+    cfg = ckpt.config
+    if getattr(ckpt.model.visual, "takes_images", False):
+        if args.features:
+            raise EdgecapError(f"--features: checkpoint {args.checkpoint} reads images, not features "
+                               f"(visual.kind={cfg.visual.kind!r}); leave --features out")
+        if images is None or not images.is_dir():
+            raise EdgecapError(f"--split {args.split}: checkpoint {args.checkpoint} reads images and its training "
+                               f"images are not found; caption the folder: edgecap caption CHECKPOINT FOLDER --json OUT")
+        items = load_karpathy(karpathy, images, splits=(args.split,))[args.split]
+        source = image_source(images, cfg)
+    else:
+        if features is None or not features.is_file():
+            raise EdgecapError(f"--split {args.split}: checkpoint {args.checkpoint} reads features; pass "
+                               f"--features FILE.h5 (its training features {features or '(none named)'} are not there)")
+        items = load_karpathy(karpathy, None, splits=(args.split,))[args.split]
+        source = feature_source(features, cfg, ckpt.meta)
+        source.check(items)
+    if not items:
+        raise EdgecapError(f"{karpathy}: no images in split {args.split}")
+    bar = progress_bar(total=len(items), quiet=args.quiet, desc=f"caption {args.split}", unit="img")
+
+    def show(chunk, captions):
+        if not args.quiet:
+            for item, caption in zip(chunk, captions, strict=True):
+                bar.write(f"{item.image_id}\t{caption}", file=sys.stdout)
+        bar.update(len(chunk))
+
+    with bar:
+        captions = caption_images(ckpt.model, ckpt.vocab, source, items, options, args.batch, "cpu", retrieval, show)
+    print(f"{args.split} split: {len(items)} images, beam {options.beam_size}; CIDEr-D {ciderd(items, captions):.4f} "
+          f"against the Karpathy tokens (the COCO evaluation's numbers: edgecap eval coco)")
+    if out is not None:
+        write_json_atomic(out, results(items, captions))
+        print(f"wrote {out} ({len(items)} captions, COCO results format)")
+        print(f"next: edgecap eval coco --captions {shlex.quote(str(out))} --refs {shlex.quote(str(karpathy))} "
+              f"--split {args.split}")
     return 0

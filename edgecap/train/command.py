@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 
 from edgecap.argtypes import COUNT
 
@@ -36,19 +37,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: [run].device (auto)")
     parser.add_argument("--visual-weights", dest="visual_weights", default=None,
                         help="local weights of the [model].visual front end (open_clip or torchvision state dict)")
+    parser.add_argument("--init-from", dest="init_from", default=None, metavar="CHECKPOINT",
+                        help="start a new run from this checkpoint's weights and vocabulary (e.g. SCST only: "
+                             "--set schedule.epochs=0 --set scst.epochs=20); the same as --set run.init_from=...")
+    parser.add_argument("--test", action="store_true",
+                        help="once the run is done, caption the test split with best.pt and [run].val_beam: "
+                             "CIDEr-D in metrics.jsonl and summary.json, captions in RUN_DIR/test_captions.json")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from edgecap.errors import EdgecapError
     from edgecap.train.config import load_config
     from edgecap.train.loop import Trainer
 
     out, config = run_dir_and_config(args)
-    cfg = load_config(config, args.overrides, args.data)
+    overrides = list(args.overrides)
+    if args.init_from is not None:
+        if args.resume is not None:
+            raise EdgecapError("--init-from starts a new run; a resumed run continues from its own last save")
+        overrides.append(f"run.init_from={args.init_from}")
+    cfg = load_config(config, overrides, args.data)
     if args.visual_weights is not None:
         cfg = cfg.with_visual_weights(args.visual_weights)
     trainer = Trainer(cfg, out=out, resume=args.resume is not None, max_steps=args.max_steps,
-                      device=args.device, progress=not args.quiet)
+                      device=args.device, progress=not args.quiet, test=args.test)
     summary = trainer.run()
     if trainer.is_main:
         for line in report(summary):
@@ -101,6 +114,11 @@ def report(summary: dict) -> list[str]:
         lines.append(f"checkpoint: {ckpt['path']} (step {ckpt['step']}, {ckpt['phase']}, validation CIDEr-D "
                      f"{ckpt['val_cider_d']:.3f}; {how})")
         lines.append(_next_step(ckpt))
+    if summary.get("test_cider_d") is not None:
+        captions = shlex.quote(str(Path(summary["out"]) / "test_captions.json"))
+        lines.append(f"test split: CIDEr-D {summary['test_cider_d']:.3f} (best.pt, the validation beam); "
+                     f"captions in {captions}; next: edgecap eval coco --captions {captions} "
+                     f"--refs {shlex.quote(summary['karpathy'])} --split test")
     if summary["stopped"]:
         lines.append(f"continue with the same command and --resume, or: edgecap train --resume {shlex.quote(str(summary['out']))}")
     return lines

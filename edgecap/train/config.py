@@ -93,7 +93,8 @@ class OptimSection:
 @dataclass
 class ScheduleSection:
     kind: str = "noam"
-    epochs: int = 20  # XE epochs
+    epochs: int = 20  # XE epochs (with patience: the most)
+    patience: int = 0  # > 0: XE ends once validation CIDEr-D has not improved for this many epochs (M2: 5)
     warmup: int = 10000  # steps
     decay_start: int = 0  # warmup-constant-decay: step where decay begins (0 = never)
     decay_every: int = 1000  # steps between decays
@@ -103,7 +104,8 @@ class ScheduleSection:
 
 @dataclass
 class SCSTSection:
-    epochs: int = 0
+    epochs: int = 0  # with patience: the most
+    patience: int = 0  # > 0: SCST ends once validation CIDEr-D has not improved for this many epochs (M2: 5)
     lr: float = 5e-6
     beam_size: int = 5  # k sequences per image
     baseline: str = "mean"  # "mean" of the k rewards (M2 / SMArT) or "greedy" (Rennie et al.)
@@ -137,6 +139,8 @@ class RunSection:
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch intra-op threads, 0 = torch's default
     val_samples: int = 5  # validation captions echoed into metrics.jsonl
+    init_from: str = ""  # an edgecap checkpoint whose weights (and vocabulary) a new run starts from
+    val_beam: int = 1  # beam of the validation that selects best.pt (and of train --test); M2 uses 5
 
 
 @dataclass
@@ -199,11 +203,12 @@ class TrainConfig:
         r = self.retrieval
         retrieval = dataclasses.replace(r, index=existing(r.index, "[retrieval].index"),
                                         visual_from=existing(r.visual_from, "[retrieval].visual_from"))
+        run = dataclasses.replace(self.run, init_from=existing(self.run.init_from, "[run].init_from"))
         model = self.model
         visual = model.get("visual")
         if isinstance(visual, dict) and visual.get("weights"):
             model = {**model, "visual": {**visual, "weights": existing(visual["weights"], "[model].visual.weights")}}
-        return dataclasses.replace(self, data=data, retrieval=retrieval, model=model)
+        return dataclasses.replace(self, data=data, retrieval=retrieval, model=model, run=run)
 
     def derived_model_fields(self) -> dict:
         """Model fields that follow from the front end or the features file, unless [model]
@@ -355,6 +360,8 @@ def _validate(cfg: TrainConfig, where: str) -> None:
     _positive(s.decay_every, f"{where}: [schedule].decay_every")
     _choice(cfg.scst.baseline, BASELINES, f"{where}: [scst].baseline")
     _positive(cfg.scst.epochs, f"{where}: [scst].epochs", zero_ok=True)
+    _positive(s.patience, f"{where}: [schedule].patience", zero_ok=True)
+    _positive(cfg.scst.patience, f"{where}: [scst].patience", zero_ok=True)
     _positive(cfg.scst.beam_size, f"{where}: [scst].beam_size")
     _positive(cfg.scst.lr, f"{where}: [scst].lr")
     if cfg.scst.baseline == "mean" and cfg.scst.beam_size < 2 and cfg.scst.epochs:
@@ -363,6 +370,7 @@ def _validate(cfg: TrainConfig, where: str) -> None:
         raise EdgecapError(f"{where}: nothing to train: [schedule].epochs and [scst].epochs are both 0")
     _choice(cfg.run.device, ("auto", "cpu", "cuda"), f"{where}: [run].device")
     _positive(cfg.run.log_every, f"{where}: [run].log_every")
+    _positive(cfg.run.val_beam, f"{where}: [run].val_beam")
     # The model section: build the config once so a bad preset / field fails now, not later.
     try:
         from edgecap.models.factory import check_parts

@@ -7,10 +7,11 @@ Run directory (`--out`):
     metrics.jsonl       one JSON object per line: kind = train | val | prototypes | phase
     curves.png          training loss / SCST reward and validation CIDEr-D
     last.pt             model at the latest save (edgecap checkpoint, fp32)
-    last.state.pt       what resuming needs besides the weights: optimizer, RNG states of
-                        python / numpy / torch (per rank), counters, PMA banks
+    last.state.pt       what resuming needs: the weights (so one rename commits a save), optimizer,
+                        RNG states of python / numpy / torch (per rank), counters, PMA banks
     best.pt             best validation CIDEr-D so far (any phase)
     best_xe.pt          best validation CIDEr-D of the XE phase (where SCST starts, as in M2)
+    test_captions.json  --test: best.pt's captions of the test split (COCO results format)
     data/               the synthetic world, when the config generates it
     index/              RA-Transformer: the retrieval index built with the frozen visual front end
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -47,7 +49,13 @@ from edgecap.data.datasets import (
 )
 from edgecap.data.karpathy import KarpathySplits, load_karpathy
 from edgecap.errors import EdgecapError
-from edgecap.io import atomic_path, probe_writable, write_json_atomic, write_text_atomic
+from edgecap.io import (
+    atomic_path,
+    probe_writable,
+    remove_orphans,
+    write_json_atomic,
+    write_text_atomic,
+)
 from edgecap.jsonio import read_json
 from edgecap.models.checkpoint import read_payload, save_checkpoint
 from edgecap.models.factory import build_from_config
@@ -73,11 +81,12 @@ from edgecap.train.schedules import Constant, make_optimizer, set_lr, xe_schedul
 from edgecap.train.scst import SCST, reward_scorer
 from edgecap.train.xe import CaptionTrainModule, xe_step
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the state file carries the weights, so one rename commits a save
+READABLE_STATE_VERSIONS = (1, 2)
 # the files a run writes into --out (the module docstring describes each); its data/ and
 # index/ directories are guarded by their own kinds (edgecap.io), like any --out of theirs
 RUN_FILES = ("config.toml", "vocab.json", "metrics.jsonl", "curves.png", "last.pt", "last.state.pt", "best.pt",
-             "best_xe.pt", "summary.json")
+             "best_xe.pt", "summary.json", "test_captions.json")
 PHASES = ("xe", "scst")
 
 
@@ -92,6 +101,10 @@ class RunState:
     phase_step: int = 0  # optimizer steps in this phase (drives the schedule)
     best: float = -1.0  # best validation CIDEr-D, any phase
     best_xe: float = -1.0
+    best_xe_epoch: int = 0  # the XE epoch best_xe.pt holds (where SCST starts)
+    phase_best: float = -1.0  # best validation CIDEr-D of this phase: what patience counts from
+    phase_best_epoch: int = 0
+    since_best: int = 0  # epochs of this phase since phase_best last improved
     done: bool = False
     log_acc: dict = field(default_factory=dict)  # running sums for the next metrics line
     seconds: float = 0.0  # wall-clock time spent in this run, over all its resumes
@@ -133,12 +146,14 @@ def prepare_data(cfg: TrainConfig, out: Path, progress: bool) -> tuple[Path, Pat
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, out: str | os.PathLike | None = None, resume: bool = False,
-                 max_steps: int | None = None, device: str | None = None, progress: bool = True):
+                 max_steps: int | None = None, device: str | None = None, progress: bool = True,
+                 test: bool = False):
         self.cfg = cfg  # with its paths resolved in setup(); `written` is the config as the user wrote it
         self.written = cfg
         self.started_in = os.getcwd()  # a resumed run: the directory the run started in (setup)
         self.out = Path(out or cfg.run.out or Path("runs") / Path(cfg.source or "run").stem)
         self.resume, self.max_steps, self.progress = resume, max_steps, progress
+        self.test = test  # score the test split with best.pt once the run is done
         self.restarted = False  # set when --out holds a same-config run that never saved
         want = device or cfg.run.device
         if want == "auto":
@@ -163,12 +178,12 @@ class Trainer:
             raise EdgecapError(f"--out {self.out} exists and is not a directory; name a run directory")
         if not self.resume:
             probe_writable(self.out)  # a parent that is a file, a read-only place: one line, before the data
-        last = self.out / "last.pt"
+        last, state = self.out / "last.pt", self.out / "last.state.pt"
         if self.resume:
-            if not last.is_file() or not (self.out / "last.state.pt").is_file():
+            if not state.is_file():
                 raise EdgecapError(f"--resume: {self.out} has no last.pt / last.state.pt to resume from")
-            self._last_payload = read_payload(last)
-            self.started_in = self._last_payload.get("meta", {}).get("train_cwd") or self.started_in
+            self._saved = self._read_state()
+            self.started_in = self._saved["meta"].get("train_cwd") or self.started_in
             stored = self.out / "config.toml"
             if stored.is_file():
                 old = parse_config(_toml(stored), source=str(stored))
@@ -178,7 +193,7 @@ class Trainer:
                         f"--resume: the config differs from the run's {stored} at {diff}; resume with --config {shlex.quote(str(stored))} "
                         f"(it includes any --set / --data changes the run started with)"
                     )
-        elif last.is_file():
+        elif last.is_file() or state.is_file():
             raise EdgecapError(
                 f"run directory {self.out} already holds a run (last.pt); pass --resume to continue it or choose another --out"
             )
@@ -208,14 +223,16 @@ class Trainer:
 
     def setup(self) -> None:
         self._check_run_dir()
-        cfg = self.cfg = self.written.with_paths_from(self.started_in)
         if self.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            if not self.resume:
-                write_text_atomic(self.out / "config.toml", cfg.text or to_toml(cfg.to_dict()))
-        barrier()
+            for name in RUN_FILES:  # the work folders of writes a kill interrupted
+                remove_orphans(self.out / name)
+        cfg = self.cfg = self.written.with_paths_from(self.started_in)
         karpathy, images, features = prepare_data(cfg, self.out, self.progress and self.is_main)
-        self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val"))
+        self.karpathy = karpathy
+        self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val", "test") if self.test
+                                                    else ("train", "val"))
+        if self.test and not self.splits.test:
+            raise EdgecapError(f"--test: {karpathy} has no test split")
         if not self.splits.train:
             raise EdgecapError(f"{karpathy}: no training images (split train or restval)")
         if not self.splits.val:
@@ -223,10 +240,11 @@ class Trainer:
         vocab_path = self.out / "vocab.json"
         if self.resume and vocab_path.is_file():
             self.vocab = Vocab.from_dict(read_json(vocab_path, "the run's vocabulary"), where=str(vocab_path))
+        elif cfg.run.init_from:  # the words the weights were trained with
+            self._init = read_payload(cfg.run.init_from)
+            self.vocab = Vocab.from_dict(self._init["vocab"], where=f"--init-from {cfg.run.init_from}")
         else:
             self.vocab = Vocab.build((c for im in self.splits.train for c in im.captions), cfg.data.min_count)
-            if self.is_main:
-                write_json_atomic(vocab_path, self.vocab.to_dict())
         v = self.vocab
         self.model_cfg = cfg.model_config(len(v), {"pad": v.pad_id, "bos": v.bos_id, "eos": v.eos_id, "unk": v.unk_id})
         vc = self.model_cfg.visual
@@ -237,6 +255,8 @@ class Trainer:
         self.features_provenance = cfg.features_provenance()
         seed_everything(cfg.run.seed)  # identical initial weights on every rank
         self.model = build_from_config(self.model_cfg).to(self.device)
+        if cfg.run.init_from and not self.resume:
+            self._init_weights(cfg.run.init_from)
         for p in self.model.parameters():
             if p.numel() == 0:
                 # e.g. M = 0 memory slots: nothing to learn, and DDP would wait for its gradient.
@@ -257,24 +277,29 @@ class Trainer:
                 f"model visual front end {self.model_cfg.visual.kind!r} reads precomputed features; "
                 f"set [data].features (HDF5) or use visual.kind = \"cnn\" with images"
             )
-        self.retrieval = None
-        if needs_retrieval(self.model):
-            self._setup_retrieval(images if takes_images else None, None if takes_images else features)
         d = cfg.data
         if takes_images:
             source = ImageSource(images, self.model_cfg.visual, d.augment, d.shift_pixels, d.cache_images)
         else:
             source = FeatureSource(features, self.model_cfg.n_regions, self.model_cfg.d_in)
-            source.check(self.splits.train + self.splits.val)
+            source.check(self.splits.train + self.splits.val + self.splits.test)
+        if self.is_main:  # every check passed: only now does the run directory get the run's files
+            self.out.mkdir(parents=True, exist_ok=True)
+            if not self.resume:
+                write_text_atomic(self.out / "config.toml", cfg.text or to_toml(cfg.to_dict()))
+            if not (self.resume and vocab_path.is_file()):
+                write_json_atomic(vocab_path, self.vocab.to_dict())
+        barrier()
+        self.retrieval = None
+        if needs_retrieval(self.model):
+            self._setup_retrieval(images if takes_images else None, None if takes_images else features)
         max_len = self.model_cfg.max_len
         self.train_set = CaptionDataset(self.splits.train, source, v, max_len, cfg.run.seed,
                                         augment=d.augment != "none", extra=self.retrieval)
-        val_images = self.splits.val[: d.val_images] if d.val_images else self.splits.val
-        eval_source = source
+        self.val_images = self.splits.val[: d.val_images] if d.val_images else self.splits.val
+        self.eval_source = source
         if takes_images and d.augment != "none":
-            eval_source = ImageSource(images, self.model_cfg.visual, "none", 0, d.cache_images)
-        self.val_set = CaptionDataset(val_images, eval_source, v, max_len, cfg.run.seed)
-        self.val_refs = [im.caption_strings() for im in val_images]
+            self.eval_source = ImageSource(images, self.model_cfg.visual, "none", 0, d.cache_images)
         self.train_refs = [im.caption_strings() for im in self.splits.train]
 
         self.memory = None
@@ -301,6 +326,16 @@ class Trainer:
         else:
             seed_everything(cfg.run.seed + self.rank)  # dropout masks differ between ranks
 
+    def _init_weights(self, path: str) -> None:
+        """--init-from: a new run (e.g. SCST only) starts from a trained checkpoint's weights."""
+        from edgecap.models.checkpoint import check_weights
+
+        payload, self._init = self._init, None
+        weights = {k: v.float() if v.is_floating_point() else v for k, v in payload["state_dict"].items()}
+        check_weights(self.model.state_dict(), weights, f"--init-from {path}",
+                      f"its model is not the one [model] of this config builds (preset {self.cfg.preset!r})")
+        self.model.load_state_dict(weights)
+
     def _setup_retrieval(self, images: Path | None, features: Path | None) -> None:
         """RA-T: freeze the visual front end (from [retrieval].visual_from, else as initialised),
         build or reuse the run's index, and record it in the model config for export."""
@@ -318,6 +353,31 @@ class Trainer:
 
     def _phase_epochs(self, phase: str) -> int:
         return self.cfg.schedule.epochs if phase == "xe" else self.cfg.scst.epochs
+
+    def _patience(self, phase: str) -> int:
+        return self.cfg.schedule.patience if phase == "xe" else self.cfg.scst.patience
+
+    def _out_of_patience(self, phase: str) -> bool:
+        patience = self._patience(phase)
+        return patience > 0 and self.state.since_best >= patience
+
+    def _end_of_phase(self, phase: str) -> None:
+        """The line that says why a phase ended, once (a resume that replays nothing adds none)."""
+        s = self.state
+        reason = "patience" if self._out_of_patience(phase) else "epochs"
+        line = {"kind": "phase_end", "phase": phase, "step": s.step, "epochs": s.epoch, "reason": reason,
+                "best_epoch": s.phase_best_epoch, "best_cider_d": s.phase_best}
+        if not self._logged(line):
+            self.metrics.write(line)
+        if self.is_main and self.progress and reason == "patience":
+            print(f"{phase}: validation CIDEr-D has not improved for {s.since_best} epochs (patience "
+                  f"{self._patience(phase)}); best epoch {s.phase_best_epoch} ({s.phase_best:.3f})",
+                  file=sys.stderr, flush=True)
+
+    def _logged(self, line: dict) -> bool:
+        """Whether metrics.jsonl already ends with `line` (written before a kill that the save
+        at the same step survived)."""
+        return self.is_main and line in self.metrics.records()
 
     def _batch_size(self, phase: str) -> int:
         return (self.cfg.scst.batch_size or self.cfg.data.batch_size) if phase == "scst" else self.cfg.data.batch_size
@@ -348,44 +408,73 @@ class Trainer:
             states = [None] * self.world
             torch.distributed.all_gather_object(states, rng_state())
         if self.is_main:
+            meta = self._meta()
             payload = {
                 "version": STATE_VERSION,
                 "state": asdict(self.state),
                 "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
                 "rng": states,
                 "memory": self.memory.state_dict() if self.memory is not None else None,
+                "weights": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+                "meta": meta,
             }
-            # State first, then weights: last.pt's meta.step must match, so a crash between
-            # the two writes is detected on resume instead of mixing two steps.
+            # The save commits with the one rename of last.state.pt, which carries the weights
+            # too: a kill at any instant leaves either the previous complete save or this one.
+            # last.pt (the checkpoint users load) follows; a kill before it is made good on resume.
             with atomic_path(self.out / "last.state.pt", suffix=".pt") as tmp:
                 torch.save(payload, tmp)
-            save_checkpoint(self.out / "last.pt", self.model, self.vocab, self._meta())
+            save_checkpoint(self.out / "last.pt", self.model, self.vocab, meta)
         barrier()
 
-    def _load_last(self) -> None:
-        last = self.out / "last.pt"
-        payload, self._last_payload = self._last_payload, None
-        state_dict = {k: v.float() if v.is_floating_point() else v for k, v in payload["state_dict"].items()}
-        self.model.load_state_dict(state_dict)
+    def _read_state(self) -> dict:
+        path = self.out / "last.state.pt"
         try:
-            saved = torch.load(self.out / "last.state.pt", map_location="cpu", weights_only=True)
+            saved = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:
-            raise EdgecapError(f"{self.out / 'last.state.pt'}: unreadable training state ({exc})") from exc
-        if saved.get("version") != STATE_VERSION:
-            raise EdgecapError(f"{self.out / 'last.state.pt'}: version {saved.get('version')!r}, expected {STATE_VERSION}")
+            raise EdgecapError(f"{path}: unreadable training state ({exc})") from exc
+        if not isinstance(saved, dict) or saved.get("version") not in READABLE_STATE_VERSIONS:
+            version = saved.get("version") if isinstance(saved, dict) else None
+            raise EdgecapError(f"{path}: version {version!r}, expected one of "
+                               f"{', '.join(map(str, READABLE_STATE_VERSIONS))}")
+        if saved["version"] == 1:  # weights in last.pt only: the two files must be of one save
+            last = self.out / "last.pt"
+            payload = read_payload(last)
+            if payload.get("meta", {}).get("step") != saved["state"]["step"]:
+                raise EdgecapError(
+                    f"--resume: {last} is at step {payload.get('meta', {}).get('step')} but last.state.pt at "
+                    f"step {saved['state']['step']} (a save was interrupted); cannot resume exactly"
+                )
+            saved["weights"], saved["meta"] = payload["state_dict"], payload.get("meta", {})
+        return saved
+
+    def _load_last(self) -> None:
+        saved, self._saved = self._saved, None
+        self.model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in saved["weights"].items()})
         self.state = RunState(**saved["state"])
-        if payload.get("meta", {}).get("step") != self.state.step:
-            raise EdgecapError(
-                f"--resume: {last} is at step {payload.get('meta', {}).get('step')} but last.state.pt at "
-                f"step {self.state.step} (a save was interrupted); cannot resume exactly"
-            )
         if len(saved["rng"]) != self.world:
             raise EdgecapError(f"--resume: the run used {len(saved['rng'])} processes, this one has {self.world}")
         if self.memory is not None and saved.get("memory") is not None:
             self.memory.load_state_dict(saved["memory"])
         self._pending_optimizer_state = saved.get("optimizer")
         self.metrics.truncate_after(self.state.step)
+        self._repair_last(saved["meta"])
         set_rng_state(saved["rng"][self.rank])
+
+    def _repair_last(self, meta: dict) -> None:
+        """A kill after last.state.pt committed and before last.pt did leaves last.pt one save
+        behind (or absent): write it again from the state's weights, so the run directory
+        agrees with itself before anything else happens."""
+        if not self.is_main:
+            return
+        last = self.out / "last.pt"
+        try:
+            behind = read_payload(last).get("meta", {}).get("step") != self.state.step
+        except EdgecapError:
+            behind = True
+        if behind:
+            save_checkpoint(last, self.model, self.vocab, meta)
+            print(f"edgecap: {last} was not written by the last save (interrupted); written again from "
+                  f"last.state.pt (step {self.state.step})", file=sys.stderr, flush=True)
 
     def _save_model(self, name: str, val: float, at_stop: bool = False) -> None:
         if self.is_main:
@@ -413,13 +502,17 @@ class Trainer:
     def _enter_phase(self, phase: str) -> None:
         cfg, s = self.cfg, self.state
         if s.phase != phase:  # a new phase (never on the resume of a phase in progress)
+            line = {"kind": "phase", "phase": phase, "step": s.step}
             if phase == "scst" and (self.out / "best_xe.pt").is_file():
                 payload = read_payload(self.out / "best_xe.pt")
                 self.model.load_state_dict({k: v.float() if v.is_floating_point() else v
                                             for k, v in payload["state_dict"].items()})
+                line.update({"from": "best_xe.pt", "from_epoch": s.best_xe_epoch, "from_cider_d": s.best_xe})
             s.phase, s.epoch, s.batch, s.phase_step, s.log_acc = phase, 0, 0, 0, {}
+            s.phase_best, s.phase_best_epoch, s.since_best = -1.0, 0, 0
             self._pending_optimizer_state = None
-            self.metrics.write({"kind": "phase", "phase": phase, "step": s.step})
+            if not self._logged(line):
+                self.metrics.write(line)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if phase == "xe":
             o = cfg.optim
@@ -495,30 +588,17 @@ class Trainer:
 
     # -- validation ----------------------------------------------------------------------
 
-    @torch.no_grad()
-    def validate(self) -> tuple[float, list[str]]:
+    def validate(self, items=None) -> tuple[float, list[str]]:
+        """CIDEr-D of the model's captions of the validation images (or `items`, from the same
+        source) with [run].val_beam, the beam that selects best.pt."""
         from edgecap.contract.beam import DecodeOptions
-        from edgecap.metrics.ciderd import CiderD
-        from edgecap.models.decoding import generate
+        from edgecap.train.split_captions import caption_images, ciderd
 
-        model = self.model
-        was_training = model.training
-        model.eval()
-        sampler = EpochBatchSampler(len(self.val_set), self.cfg.data.val_batch_size, shuffle=False)
-        loader = torch.utils.data.DataLoader(self.val_set, batch_sampler=sampler, num_workers=0,
-                                             collate_fn=partial(collate, pad_id=self.vocab.pad_id),
-                                             generator=torch.Generator())
-        captions: list[str] = []
-        for batch in loader:
-            batch = batch.to(self.device)
-            feats, fmask = model.visual(batch.inputs, batch.mask)
-            extra = self.retrieval.for_features(feats, fmask) if self.retrieval is not None else ()
-            hyps = generate(model, feats, fmask, DecodeOptions(beam_size=1, max_len=self.model_cfg.max_len),
-                            extra=extra)
-            captions += [" ".join(self.vocab.decode(row)) for row in hyps.best()]
-        model.train(was_training)
-        score, _ = CiderD(self.val_refs).score(captions, self.val_refs)
-        return score, captions
+        items = self.val_images if items is None else items
+        options = DecodeOptions(beam_size=self.cfg.run.val_beam, max_len=self.model_cfg.max_len)
+        captions = caption_images(self.model, self.vocab, self.eval_source, items, options,
+                                  self.cfg.data.val_batch_size, self.device, self.retrieval)
+        return ciderd(items, captions), captions
 
     def _end_epoch(self) -> None:
         s = self.state
@@ -528,21 +608,28 @@ class Trainer:
         if self.is_main:
             score, captions = self.validate()
             n = self.cfg.run.val_samples
+            if score > s.phase_best:
+                s.phase_best, s.phase_best_epoch, s.since_best = score, s.epoch, 0
+            else:
+                s.since_best += 1
             self.metrics.write({"kind": "val", "phase": s.phase, "step": s.step, "epoch": s.epoch,
-                                "cider_d": score, "samples": captions[:n]})
+                                "cider_d": score, "beam": self.cfg.run.val_beam, "best_epoch": s.phase_best_epoch,
+                                "since_best": s.since_best, "patience": self._patience(s.phase),
+                                "samples": captions[:n]})
             if score > s.best:
                 s.best = score
                 self._save_model("best.pt", score)
             if s.phase == "xe" and score > s.best_xe:
-                s.best_xe = score
+                s.best_xe, s.best_xe_epoch = score, s.epoch
                 self._save_model("best_xe.pt", score)
             if self.bar is not None and self.progress:
                 self.bar.write(f"{s.phase} epoch {s.epoch}: validation CIDEr-D {score:.3f} (best {s.best:.3f})")
         if self.world > 1:
-            # Rank 0 alone validated: share the bests so every rank's state agrees.
-            bests = [s.best, s.best_xe]
+            # Rank 0 alone validated: share the bests so every rank's state (and when a phase
+            # runs out of patience) agrees.
+            bests = [s.best, s.best_xe, s.best_xe_epoch, s.phase_best, s.phase_best_epoch, s.since_best]
             torch.distributed.broadcast_object_list(bests, src=0)
-            s.best, s.best_xe = bests
+            s.best, s.best_xe, s.best_xe_epoch, s.phase_best, s.phase_best_epoch, s.since_best = bests
         self.save_last()
         if self.is_main:
             plot_curves(self.metrics.records(), self.out / "curves.png")
@@ -555,18 +642,21 @@ class Trainer:
         self.bar = None
         stopped = False
         try:
-            if self.state.done:
+            if self.state.done and not self.test:
                 return self.summary(stopped=False)
-            phases = self.phases()
-            start = phases.index(self.state.phase) if self.state.phase in phases else 0
-            for phase in phases[start:]:
-                self._enter_phase(phase)
-                stopped = self._run_phase(phase)
-                if stopped:
-                    break
-            if not stopped:
-                self.state.done = True
-                self.save_last()
+            if not self.state.done:
+                phases = self.phases()
+                start = phases.index(self.state.phase) if self.state.phase in phases else 0
+                for phase in phases[start:]:
+                    self._enter_phase(phase)
+                    stopped = self._run_phase(phase)
+                    if stopped:
+                        break
+                if not stopped:
+                    self.state.done = True
+                    self.save_last()
+            if not stopped and self.test:
+                self.score_test()
         finally:
             if self.bar is not None:
                 self.bar.close()
@@ -587,7 +677,7 @@ class Trainer:
         self.bar = progress_bar(total=epochs * per_epoch, initial=s.epoch * per_epoch + s.batch, desc=phase,
                                 unit="step", quiet=not (self.progress and self.is_main))
         try:
-            while s.epoch < epochs:
+            while s.epoch < epochs and not self._out_of_patience(phase):
                 self.sampler.set_epoch(s.epoch, start=s.batch)
                 self.train_set.set_epoch(s.epoch)
                 tick = time.perf_counter()
@@ -616,7 +706,30 @@ class Trainer:
         finally:
             self.bar.close()
             self.bar = None
+        self._end_of_phase(phase)
         return False
+
+    def score_test(self) -> None:
+        """--test: best.pt's captions of the test split with the validation beam, into
+        test_captions.json (COCO results, what `edgecap eval coco` reads) and metrics.jsonl."""
+        if not self.is_main:
+            barrier()
+            return
+        from edgecap.models.checkpoint import load_checkpoint
+        from edgecap.train.split_captions import results
+
+        best = self.out / "best.pt"
+        weights = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(load_checkpoint(best).model.state_dict())
+        try:
+            score, captions = self.validate(self.splits.test)
+        finally:
+            self.model.load_state_dict(weights)
+        write_json_atomic(self.out / "test_captions.json", results(self.splits.test, captions))
+        self.metrics.write({"kind": "test", "step": self.state.step, "checkpoint": "best.pt",
+                            "beam": self.cfg.run.val_beam, "images": len(captions), "cider_d": score,
+                            "samples": captions[: self.cfg.run.val_samples]})
+        barrier()
 
     def summary(self, stopped: bool) -> dict:
         s = self.state
@@ -630,6 +743,9 @@ class Trainer:
                 "best_xe_val_cider_d": max(xe) if xe else None,
                 "best_scst_val_cider_d": max(scst) if scst else None,
                 "last_val_cider_d": vals[-1]["cider_d"] if vals else None,
+                "karpathy": str(self.karpathy),
+                "test_cider_d": next((r["cider_d"] for r in reversed(self.metrics.records()) if r.get("kind") == "test"),
+                                     None) if self.is_main else None,
                 "model": self.model_cfg.name, "parameters": self.model.num_parameters(), "world_size": self.world,
                 "best_checkpoint": self._best_checkpoint() if self.is_main else None}
 

@@ -1,0 +1,126 @@
+"""The papers' schedule (issue 30): XE until validation CIDEr-D has not improved for `patience`
+epochs, SCST from the best XE weights until it has not improved for its own patience; the
+same across a --resume at any point. `--init-from` starts a new run (SCST only) from trained
+weights."""
+
+import json
+
+import pytest
+import torch
+from _train_tiny import tiny_config
+
+from edgecap.errors import EdgecapError
+from edgecap.train.config import to_toml
+from edgecap.train.loop import Trainer
+
+
+def _cfg(world, **sections):
+    # with these settings validation CIDEr-D peaks at XE epoch 3 and then stalls, and the
+    # (deliberately large) SCST lr makes it fall: both phases end on patience before their ceiling
+    base = {"optim": {"lr": 0.3}, "schedule": {"epochs": 10, "warmup": 5, "patience": 2},
+            "scst": {"epochs": 6, "patience": 1, "beam_size": 2, "lr": 1e-3}, "data": {"val_batch_size": 4}}
+    for name, table in sections.items():
+        base[name] = {**base.get(name, {}), **table}
+    return tiny_config(world, **base)
+
+
+def _records(run):
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _comparable(run):
+    """Everything in metrics.jsonl but wall-clock times."""
+    out = []
+    for r in _records(run):
+        if r["kind"] == "train":
+            r = {"kind": "train", "step": r["step"], "phase": r["phase"], "loss": r["loss"], "lr": r["lr"],
+                 "reward": r.get("reward")}
+        out.append(r)
+    return out
+
+
+@pytest.fixture(scope="module")
+def straight(world, tmp_path_factory):
+    run = tmp_path_factory.mktemp("patience") / "straight"
+    summary = Trainer(_cfg(world), out=run, progress=False).run()
+    return run, summary
+
+
+def test_xe_then_scst_from_the_best_xe_epoch_each_ending_on_patience(straight):
+    run, summary = straight
+    records = _records(run)
+    xe = [r for r in records if r["kind"] == "val" and r["phase"] == "xe"]
+    scst = [r for r in records if r["kind"] == "val" and r["phase"] == "scst"]
+    best = max(xe, key=lambda r: (r["cider_d"], -r["epoch"]))  # the first epoch with the best score
+    assert best["epoch"] > 1
+    # XE stopped `patience` epochs after its best, well before the 10-epoch ceiling
+    assert len(xe) == best["epoch"] + 2 < 10
+    assert [r["since_best"] for r in xe][best["epoch"] - 1:] == [0, 1, 2]
+    end_xe = next(r for r in records if r["kind"] == "phase_end" and r["phase"] == "xe")
+    assert end_xe["reason"] == "patience" and end_xe["best_epoch"] == best["epoch"]
+    switch = next(r for r in records if r["kind"] == "phase" and r["phase"] == "scst")
+    assert switch["from"] == "best_xe.pt" and switch["from_epoch"] == best["epoch"]
+    assert switch["from_cider_d"] == best["cider_d"]
+    # SCST starts from best_xe.pt's weights, not from the last XE epoch's
+    best_xe = torch.load(run / "best_xe.pt", weights_only=True)["meta"]
+    assert best_xe["step"] == best["step"] and best_xe["val_cider_d"] == best["cider_d"]
+    assert 1 < len(scst) < 6 and scst[-1]["since_best"] == 1
+    end = [r for r in records if r["kind"] == "phase_end"][-1]
+    assert end["phase"] == "scst" and end["reason"] == "patience"
+    assert summary["done"] and summary["phase"] == "scst"
+
+
+@pytest.mark.parametrize("stops", [(13,), (45,), (45, 50), (27, 46)])
+def test_the_patience_schedule_is_the_same_across_a_resume_at_any_point(world, straight, tmp_path, stops):
+    # 9 steps per epoch: 13 mid XE, 27 the best XE epoch's end, 45 the switch, 46 / 50 in SCST
+    run, _ = straight
+    cfg = _cfg(world)
+    split = tmp_path / "split"
+    for stop in stops:
+        Trainer(cfg, out=split, resume=split.exists(), max_steps=stop, progress=False).run()
+    Trainer(cfg, out=split, resume=True, progress=False).run()
+    assert _comparable(split) == _comparable(run)
+    for name in ("last.pt", "best.pt", "best_xe.pt"):
+        a = torch.load(run / name, weights_only=True)["state_dict"]
+        b = torch.load(split / name, weights_only=True)["state_dict"]
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+
+
+def test_init_from_starts_scst_from_a_trained_checkpoint(world, straight, tmp_path, run_cli):
+    run, _ = straight
+    cfg = _cfg(world, schedule={"epochs": 0, "patience": 0}, scst={"epochs": 1, "patience": 0},
+               data={"min_count": 3}, run={"init_from": str(run / "best_xe.pt")})
+    trainer = Trainer(cfg, out=tmp_path / "direct", progress=False)
+    trainer.setup()
+    want = torch.load(run / "best_xe.pt", weights_only=True)
+    got = trainer.model.state_dict()
+    assert all(torch.equal(got[k], want["state_dict"][k]) for k in got)
+    assert trainer.vocab.to_dict() == want["vocab"]  # its words, not min_count 3's
+    # the command line: SCST only, from best_xe.pt
+    config = tmp_path / "tiny.toml"
+    config.write_text(to_toml(_cfg(world).to_dict()))
+    code, stdout, err = run_cli("train", "--config", config, "--out", tmp_path / "scst", "--init-from",
+                                run / "best_xe.pt", "--set", "schedule.epochs=0", "--set", "scst.epochs=1",
+                                "--quiet")
+    assert code == 0, err
+    records = _records(tmp_path / "scst")
+    assert {r["phase"] for r in records if r["kind"] == "train"} == {"scst"}
+    assert all("reward" in r for r in records if r["kind"] == "train")
+    stored = (tmp_path / "scst" / "config.toml").read_text()
+    assert "init_from" in stored and "best_xe.pt" in stored
+
+
+def test_init_from_refusals(world, straight, tmp_path, run_cli):
+    from _train_tiny import TINY_PMA
+
+    run, _ = straight
+    other = tiny_config(world, model=TINY_PMA, run={"init_from": str(run / "best.pt")})
+    with pytest.raises(EdgecapError, match=r"--init-from .*best.pt.*not the one \[model\] of this config builds"):
+        Trainer(other, out=tmp_path / "x", progress=False).run()
+    assert not (tmp_path / "x" / "config.toml").exists()
+    config = tmp_path / "tiny.toml"
+    config.write_text(to_toml(_cfg(world).to_dict()))
+    code, _, err = run_cli("train", "--config", config, "--out", tmp_path / "y", "--init-from", tmp_path / "no.pt")
+    assert code == 1 and "no.pt" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli("train", "--resume", run, "--init-from", run / "best.pt")
+    assert code == 1 and "--init-from starts a new run" in err
