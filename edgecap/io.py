@@ -563,6 +563,11 @@ def _delivering():
     except KeyboardInterrupt:
         interrupt_delivered()
         raise
+    except BaseException:
+        # an interrupt that a library turned into its own error (onnxruntime's import reports
+        # a SIGTERM that arrived inside it as an ImportError): the interrupt is what happened
+        raise_lost_interrupt()
+        raise
 
 
 def _not_ignored(handler) -> bool:
@@ -600,7 +605,8 @@ def terminate_as_interrupt():
     raised again before the next commit, or when the block ends. The CLI wraps every command
     in it."""
     def ours_to_replace(current) -> bool:
-        return current is signal.SIG_DFL or current is signal.default_int_handler
+        return (current is signal.SIG_DFL or current is signal.default_int_handler
+                or getattr(current, "edgecap_start_up", False))
 
     with _handled(STOP_SIGNALS, _raise_interrupt, ours_to_replace):
         try:
