@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.test_m2_import import H, ITOS, official_state, save_official, save_vocab_pickle  # noqa: E402
+from tests.test_m2_import import ITOS, H, official_state, save_official, save_vocab_pickle  # noqa: E402
 
 
 @pytest.fixture
