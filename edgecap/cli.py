@@ -87,6 +87,43 @@ def command_parser(name: str) -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    name = argv[0] if argv and argv[0] in COMMANDS else ""
+    try:
+        # SIGTERM (service managers, CI, `kill`) unwinds like Ctrl-C: temporaries are removed.
+        # From the first step, so a signal while a command's modules load ends the same way.
+        with terminate_as_interrupt():
+            code = _dispatch(argv)
+            sys.stdout.flush()  # a pipe closed early fails here, not at interpreter exit
+            return code
+    except EdgecapError as exc:
+        print(f"edgecap {name}: error: {exc}", file=sys.stderr)
+        return 1
+    except MemoryError as exc:  # a size no option bound caught: one line, not a traceback
+        print(f"edgecap {name}: error: out of memory{f' ({exc})' if str(exc) else ''}; ask for fewer or "
+              f"smaller items (a count, size, batch or beam option)", file=sys.stderr)
+        return 1
+    except Terminated as exc:
+        print(f"{_prog(name)}: terminated ({exc})", file=sys.stderr)
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        print(f"{_prog(name)}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `edgecap run ... | head`: the reader left, so stop as a Unix tool does on SIGPIPE,
+        # unwinding like Ctrl-C (files closed, temporaries removed), without a traceback.
+        if not _stdout_closed():
+            raise
+        _discard_stdout()
+        print(f"edgecap {name}: stopped: standard output was closed (the program reading it "
+              "exited)", file=sys.stderr)
+        return 128 + 13  # as a process killed by SIGPIPE
+
+
+def _prog(name: str) -> str:
+    return f"edgecap {name}" if name else "edgecap"
+
+
+def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         args = _top_parser().parse_args(argv)
         _top_parser().print_help()
@@ -101,34 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0), or a bad flag (2) whose one line the parser printed
         return int(exc.code or 0)
     module = importlib.import_module(COMMANDS[name][0])
-    try:
-        # SIGTERM (service managers, CI, `kill`) unwinds like Ctrl-C: temporaries are removed
-        with terminate_as_interrupt():
-            code = int(module.run(args) or 0)
-            sys.stdout.flush()  # a pipe closed early fails here, not at interpreter exit
-            return code
-    except EdgecapError as exc:
-        print(f"edgecap {name}: error: {exc}", file=sys.stderr)
-        return 1
-    except MemoryError as exc:  # a size no option bound caught: one line, not a traceback
-        print(f"edgecap {name}: error: out of memory{f' ({exc})' if str(exc) else ''}; ask for fewer or "
-              f"smaller items (a count, size, batch or beam option)", file=sys.stderr)
-        return 1
-    except Terminated as exc:
-        print(f"edgecap {name}: terminated ({exc})", file=sys.stderr)
-        return 128 + exc.signum
-    except KeyboardInterrupt:
-        print(f"edgecap {name}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # `edgecap run ... | head`: the reader left, so stop as a Unix tool does on SIGPIPE,
-        # unwinding like Ctrl-C (files closed, temporaries removed), without a traceback.
-        if not _stdout_closed():
-            raise
-        _discard_stdout()
-        print(f"edgecap {name}: stopped: standard output was closed (the program reading it "
-              "exited)", file=sys.stderr)
-        return 128 + 13  # as a process killed by SIGPIPE
+    return int(module.run(args) or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

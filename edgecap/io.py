@@ -227,13 +227,8 @@ def remove_orphans(target: str | os.PathLike) -> list[Path]:
     of a replacement) gets it put back first.
     """
     target = Path(os.path.abspath(target))
-    parent = target.parent
     removed = []
-    try:
-        candidates = [p for p in parent.glob(f".{glob_escape(target.name)}.*{WORK_SUFFIX}") if p.is_dir()]
-    except OSError:
-        return removed
-    for work in candidates:
+    for work in _work_dirs(target):
         try:
             fd = os.open(_lock_file(work), os.O_RDWR)
         except OSError:
@@ -264,6 +259,45 @@ def _lock_file(work: Path) -> Path:
         return lock
     pending = sorted(work.glob(".lock.*"))
     return pending[0] if pending else lock
+
+
+def _work_dirs(target: Path) -> list[Path]:
+    try:
+        return [p for p in target.parent.glob(f".{glob_escape(target.name)}.*{WORK_SUFFIX}") if p.is_dir()]
+    except OSError:
+        return []
+
+
+def live_writers(target: str | os.PathLike) -> list[tuple[Path, dict]]:
+    """(work directory, what its lock file says: pid, host, command) of every process that is
+    writing `target` now: those whose lock cannot be taken."""
+    target = Path(os.path.abspath(target))
+    alive = []
+    for work in _work_dirs(target):
+        try:
+            fd = os.open(_lock_file(work), os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if _try_lock(fd):
+                continue  # an orphan: its writer is dead
+            holder = json_or_none(_lock_file(work))
+            alive.append((work, holder if isinstance(holder, dict) else {}))
+        finally:
+            os.close(fd)
+    return alive
+
+
+def _command_line() -> str:
+    """This process's command line as a user would have typed it (for "pid N: edgecap run ...")."""
+    argv = list(sys.argv)
+    if argv and os.path.basename(argv[0]) in ("__main__.py", "cli.py"):
+        argv[0] = "edgecap"
+    elif argv:
+        argv[0] = os.path.basename(argv[0])
+    import shlex
+
+    return shlex.join(argv)[:300]
 
 
 def glob_escape(name: str) -> str:
@@ -313,7 +347,7 @@ class WorkDir:
     `atomic_dir` wrap it for everything written in one go.
     """
 
-    def __init__(self, target: str | os.PathLike, flag: str = ""):
+    def __init__(self, target: str | os.PathLike, flag: str = "", exclusive: bool = False):
         self.target, self.flag = _absolute(target, flag), flag
         self.fd: int | None = None
         self.path: Path | None = None
@@ -329,12 +363,28 @@ class WorkDir:
                 self.fd, pending = tempfile.mkstemp(prefix=".lock.", dir=self.path)
                 _try_lock(self.fd)
                 os.write(self.fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                              "target": str(self.target)}).encode())
+                                              "target": str(self.target),
+                                              "command": _command_line()}).encode())
                 os.replace(pending, self.path / LOCK_NAME)
                 (self.path / NEW_NAME).mkdir()
         except OSError as exc:
             self.close()
             raise write_error(exc, self.target, flag) or exc from None
+        if exclusive:
+            self._refuse_other_writers()
+
+    def _refuse_other_writers(self) -> None:
+        """One writer per output: fail (one line naming the other process) when another living
+        process has a work directory for the same target. Checked after ours is registered,
+        so of two writers that start together at least one sees the other (both may refuse;
+        neither ever writes over the other)."""
+        others = [holder for work, holder in live_writers(self.target) if work != self.path]
+        if others:
+            self.close()
+            who = others[0]
+            raise EdgecapError(f"{self.flag + ' ' if self.flag else ''}{self.target} is being written by another "
+                               f"process (pid {who.get('pid', '?')}: {who.get('command') or 'unknown command'}); "
+                               "wait for it to finish or choose another file")
 
     def file(self, suffix: str = "") -> Path:
         """Where to write the target's content: its own name (so writers that look at the
@@ -375,7 +425,7 @@ class RunOutput:
     it; `abort()` drops it. Subclasses open `tmp` and write it."""
 
     def __init__(self, target: str | os.PathLike, flag: str):
-        self._work = WorkDir(target, flag)
+        self._work = WorkDir(target, flag, exclusive=True)
         self.tmp = self._work.file()
         self._closed = False
 
@@ -523,6 +573,11 @@ def _delivering():
     except KeyboardInterrupt:
         interrupt_delivered()
         raise
+    except BaseException:
+        # an interrupt that a library turned into its own error (onnxruntime's import reports
+        # a SIGTERM that arrived inside it as an ImportError): the interrupt is what happened
+        raise_lost_interrupt()
+        raise
 
 
 def _not_ignored(handler) -> bool:
@@ -560,7 +615,8 @@ def terminate_as_interrupt():
     raised again before the next commit, or when the block ends. The CLI wraps every command
     in it."""
     def ours_to_replace(current) -> bool:
-        return current is signal.SIG_DFL or current is signal.default_int_handler
+        return (current is signal.SIG_DFL or current is signal.default_int_handler
+                or getattr(current, "edgecap_start_up", False))
 
     with _handled(STOP_SIGNALS, _raise_interrupt, ours_to_replace):
         try:

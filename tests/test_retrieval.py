@@ -160,3 +160,22 @@ def test_retrieval_imports_no_torch():
             "print(sorted(m for m in ('torch', 'edgecap.models') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_index_build_over_features_of_mixed_widths_is_one_line(tmp_path, run_cli):
+    """An HDF5 in M2's layout (`<id>_features`, written here with h5py as M2's extractor
+    does) whose images come from two extractors: one line naming both, no numpy traceback."""
+    h5py = pytest.importorskip("h5py")
+    split = {"images": [{"cocoid": i, "filepath": "train", "filename": f"{i}.jpg", "split": "train",
+                         "sentences": [{"raw": f"caption {i}"}]} for i in range(3)]}
+    (tmp_path / "dataset_coco.json").write_text(json.dumps(split))
+    with h5py.File(tmp_path / "mixed.hdf5", "w") as f:
+        for i, width in enumerate((16, 16, 12)):
+            f.create_dataset(f"{i}_features", data=np.ones((5, width), np.float32))
+    code, out, err = run_cli("index", "build", "--features", tmp_path / "mixed.hdf5", "--split-file",
+                             tmp_path / "dataset_coco.json", "--out", tmp_path / "idx", "-k", "1")
+    assert (code, out) == (1, "")
+    assert err.strip().splitlines() == [
+        f"edgecap index: error: features {tmp_path / 'mixed.hdf5'}: image 2 has features 12 wide, image 0 16 wide; "
+        "an index is built over the features of one extractor"]
+    assert not (tmp_path / "idx").exists()

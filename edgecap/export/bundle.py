@@ -115,7 +115,7 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
     from edgecap.export.onnx import export_graph
     from edgecap.export.specs import spec_for
     from edgecap.export.verify import load_parity_inputs, parity_gate, require_parity
-    from edgecap.models.checkpoint import load_checkpoint
+    from edgecap.models.checkpoint import check_finite, load_checkpoint
     from edgecap.runtime.session import Bundle
 
     torch.manual_seed(0)
@@ -125,6 +125,8 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
 
         for note in attach_frontend(ckpt, settings.frontend, settings.visual_weights, settings.image_size):
             print(f"note: {note}", file=sys.stderr)
+    check_finite(ckpt.model.state_dict(), f"checkpoint {checkpoint}", "a bundle of it would caption nothing "
+                 "(train again, or export an earlier checkpoint)")
     cfg, vocab = ckpt.config, ckpt.vocab
     spec = spec_for(ckpt.model, settings.batch, settings.beam)
     inputs = load_parity_inputs(spec, settings.samples, settings.data, ckpt.meta, checkpoint=checkpoint)

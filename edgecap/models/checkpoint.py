@@ -83,6 +83,19 @@ def check_weights(expected: dict, weights: dict, where: str, why: str, prefix: s
                                f"the model's is {list(tensor.shape)}; {why}")
 
 
+def check_finite(tensors: dict, where: str, why: str) -> None:
+    """Fail naming the first floating-point tensor holding NaN or infinity: weights like that
+    caption nothing (every score NaN) and would pass a parity gate that compares NaN with NaN."""
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            continue
+        bad = ~torch.isfinite(tensor)
+        if bool(bad.any()):
+            nan = int(torch.isnan(tensor).sum())
+            raise EdgecapError(f"{where}: tensor {name} holds {int(bad.sum())} non-finite values ({nan} NaN, "
+                               f"{int(bad.sum()) - nan} infinite) of {tensor.numel()}; {why}")
+
+
 def check_checkpoint_out(path: str | os.PathLike, flag: str = "--out") -> None:
     """Fail (one line) unless a checkpoint may be written at `path`: nothing there yet, or an
     edgecap checkpoint (which is replaced); never over any other file, e.g. the weights being

@@ -35,7 +35,7 @@ import torch
 from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
 from edgecap.jsonio import read_bytes, read_json, read_text
-from edgecap.models.checkpoint import check_weights
+from edgecap.models.checkpoint import check_finite, check_weights
 from edgecap.models.core import sinusoid_table
 from edgecap.models.factory import build_from_config, preset_config
 
@@ -238,10 +238,19 @@ def _count(state: dict, pattern: str) -> int:
     return len(found)
 
 
+# the tensors whose shapes give the model's sizes, and the shape each must have
+_SIZED = {"encoder.fc.weight": "[d_model, d_in]", "decoder.word_emb.weight": "[vocab, d_model]",
+          POS_KEY: "[rows, d_model]"}
+
+
 def _need(state: dict, key: str) -> torch.Tensor:
     if key not in state:
         raise EdgecapError(f"M2 checkpoint lacks {key!r}")
-    return state[key]
+    tensor = state[key]
+    if key in _SIZED and (not isinstance(tensor, torch.Tensor) or tensor.dim() != 2):
+        shape = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        raise EdgecapError(f"M2 checkpoint: {key} has shape {shape}, expected {_SIZED[key]}")
+    return tensor
 
 
 def m2_config(state: dict, itos: list[str], n_heads: int = 8, max_len: int = 20, n_regions: int = 50):
@@ -321,6 +330,8 @@ def import_m2(
     cfg = m2_config(state, itos, n_heads=n_heads, max_len=max_len, n_regions=n_regions)
     model = build_from_config(cfg)
     converted, table_kind = convert_state_dict(state, cfg)
+    check_finite(converted, f"M2 checkpoint {weights}", "refusing to import weights that are not finite "
+                 "(a diverged or damaged training run)")
     check_weights(model.state_dict(), converted, f"M2 checkpoint {weights} does not fill the m2 model",
                   "it is not a complete official M2 state dict")
     model.load_state_dict(converted)

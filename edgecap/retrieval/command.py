@@ -51,6 +51,10 @@ def feature_embeddings(path: str, items, progress: bool = True) -> tuple:
     with store, progress_bar(total=len(items), quiet=not progress, desc="embed", unit="img", leave=False) as bar:
         for item in items:
             out.append(image_embeddings(store.raw(item.image_id)[None])[0])
+            if out[-1].shape != out[0].shape:  # one index holds one width: name the two that differ
+                raise EdgecapError(f"features {path}: image {item.image_id} has features {out[-1].shape[0]} wide, "
+                                   f"image {items[0].image_id} {out[0].shape[0]} wide; an index is built over the "
+                                   "features of one extractor")
             bar.update(1)
         info = {"source": "features", "file": Path(path).name, "attrs": store.attrs}
     return np.stack(out), info

@@ -130,8 +130,14 @@ def compressed_to_bgr(msg) -> np.ndarray:
     """A sensor_msgs/CompressedImage (jpeg, png) as an HxWx3 uint8 BGR array."""
     import cv2
 
+    from edgecap.image_damage import damage
+
     compressed_kind(msg.format)
     data = np.frombuffer(msg.data, np.uint8)
+    problem = damage(data.tobytes())
+    if problem:
+        raise ImageDecodeError(f"{_where(msg)}: {msg.format!r} data ({data.size} bytes) does not decode: "
+                               f"{problem}")
     image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
     if image is None:
         raise ImageDecodeError(f"{_where(msg)}: {msg.format!r} data ({data.size} bytes) "

@@ -352,7 +352,20 @@ class Manifest:
             frontend=_opt(data, "frontend", dict, where, {}),
         )
         manifest._check_graphs(where)
+        manifest._check_vocab_fits_decoder(where)
         return manifest
+
+    def _check_vocab_fits_decoder(self, where: str) -> None:
+        """The decoder step scores one token per vocabulary word: a vocabulary of another size
+        (a manifest edited, or put beside another export's graphs) would turn token ids into
+        wrong words, or into an IndexError mid-run, so it is refused when the bundle opens."""
+        words = len(self.vocab.itos)
+        for g in self.graphs:
+            scores = next((t for t in g.outputs if t.name == "logprobs"), None) if g.role == "decoder_step" else None
+            if scores is not None and scores.shape and scores.shape[-1] != words:
+                raise ManifestError(f"{where}.vocab: {words} words, but {g.file} scores {scores.shape[-1]} tokens "
+                                    f"per step (output 'logprobs' {scores.shape}); the vocabulary and the graph "
+                                    "come from different exports")
 
     def _check_graphs(self, where: str) -> None:
         needed = ("encoder", "decoder_step") + (("visual",) if self.input == "images" else ())

@@ -99,9 +99,17 @@ class JsonlWriter:
     """
 
     def __init__(self, path: str | os.PathLike, append: bool = False):
+        from edgecap.io import WorkDir
+
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a" if append else "w", encoding="utf-8")
+        # the file is written in place (a killed run keeps its records), so the claim on it is
+        # a work directory beside it: a second writer is refused before it truncates anything
+        self._claim = WorkDir(self.path, "--jsonl", exclusive=True)
+        try:
+            self._fh = self.path.open("a" if append else "w", encoding="utf-8")
+        except BaseException:
+            self._claim.close()
+            raise
         if append and self._fh.tell() > 0 and not _ends_with_newline(self.path):
             self._fh.write("\n")
         self.count = 0
@@ -112,10 +120,13 @@ class JsonlWriter:
         self.count += 1
 
     def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
+        try:
+            if not self._fh.closed:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+                self._fh.close()
+        finally:
+            self._claim.close()
 
 
 def check_jsonl_target(path: str | os.PathLike, append: bool) -> None:

@@ -15,6 +15,7 @@ Nothing here ever returns a frame it did not read (no black or repeated frames o
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 from dataclasses import dataclass
@@ -126,8 +127,34 @@ class KnownObject:
 
 
 def folder_images(path: Path) -> list[Path]:
-    """The images directly in `path`, in name order (subfolders are not searched)."""
-    return sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    """The images directly in `path`, in name order (subfolders are not searched). An image name
+    that is a symbolic link going nowhere (a loop, a missing target) is listed too, so that
+    reading it is a counted, named skip rather than a file silently left out."""
+    return sorted(p for p in path.iterdir()
+                  if p.suffix.lower() in IMAGE_SUFFIXES and (p.is_file() or _broken_link(p)))
+
+
+def _broken_link(path: Path) -> bool:
+    return path.is_symlink() and not path.exists()
+
+
+def read_image(path: Path) -> np.ndarray:
+    """The image file at `path` as HxWx3 uint8 BGR; BadFrame naming the file and the reason when
+    it cannot be read, is a symbolic link loop, or is damaged (edgecap.image_damage)."""
+    import cv2
+
+    from edgecap.image_damage import damage
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        reason = "symbolic link loop" if exc.errno == errno.ELOOP else \
+            "broken symbolic link" if _broken_link(path) else exc.strerror
+        raise BadFrame(f"{path}: cannot read ({reason})") from None
+    problem = damage(data)
+    if problem:
+        raise BadFrame(f"{path}: {problem}")
+    return check_image(cv2.imread(str(path), cv2.IMREAD_COLOR), str(path))
 
 
 def no_images_reason(path: Path) -> str:
@@ -348,14 +375,12 @@ class FolderSource(Source):
         pass
 
     def read(self) -> Captured:
-        import cv2
 
         if self.position >= len(self.paths):
             raise EndOfStream(self.name)
         index, path = self.position, self.paths[self.position]
         self.position += 1
-        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        return Captured(check_image(image, str(path)), index, image_id=path.name)
+        return Captured(read_image(path), index, image_id=path.name)
 
 
 class ACVRSource(Source):
@@ -373,7 +398,6 @@ class ACVRSource(Source):
         pass
 
     def read(self) -> Captured:
-        import cv2
 
         if self.position >= len(self.frames):
             raise EndOfStream(self.name)
@@ -381,7 +405,7 @@ class ACVRSource(Source):
         self.position += 1
         if frame.rgb_path is None:
             raise BadFrame(f"{self.name}: frame {frame.image_id} has no RGB image")
-        image = check_image(cv2.imread(str(frame.rgb_path), cv2.IMREAD_COLOR), str(frame.rgb_path))
+        image = read_image(Path(frame.rgb_path))
         objects = [KnownObject(o.cls, tuple(float(v) for v in o.box), o.area, o.box_area, o.pixel_area)
                    for o in frame.foreground]
         return Captured(image, index, objects, image_id=frame.image_id)

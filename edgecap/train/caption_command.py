@@ -112,7 +112,6 @@ def check_checkpoint_path(path: Path) -> None:
 
 
 def run(args) -> int:
-    import cv2
     import numpy as np
     import torch
 
@@ -121,6 +120,7 @@ def run(args) -> int:
     from edgecap.errors import EdgecapError
     from edgecap.io import write_json_atomic
     from edgecap.models.checkpoint import load_checkpoint
+    from edgecap.runtime.sources import BadFrame, read_image
     from edgecap.train.captioning import caption_batch, retrieval_for
 
     check_checkpoint_path(Path(args.checkpoint))
@@ -160,10 +160,11 @@ def run(args) -> int:
             chunk = paths[start:start + args.batch]
             arrays = []
             for path in chunk:
-                image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-                if image is None:
-                    raise EdgecapError(f"cannot read image {path} (missing or not an image)"
-                                       + (f"; nothing written to {out}" if out else ""))
+                try:
+                    image = read_image(path)
+                except BadFrame as exc:  # a damaged file is no caption: stop before writing any
+                    raise EdgecapError(f"cannot read image {exc}"
+                                       + (f"; nothing written to {out}" if out else "")) from None
                 arrays.append(preprocess_as(image, vc.preprocessing()))
             captions = caption_batch(ckpt, torch.from_numpy(np.stack(arrays)), options, retrieval)
             for path, caption in zip(chunk, captions, strict=True):
