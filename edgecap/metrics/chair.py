@@ -1,6 +1,10 @@
 """CHAIR object hallucination (Rohrbach, Hendricks et al., EMNLP 2018).
 
-Each caption is scanned for object mentions the way the paper's code (`utils/chair.py` of
+`eval chair` finds object mentions with coverage's noun extraction (`Chair.read_nouns()`:
+spaCy, class phrases then nouns, edgecap.metrics.nouns), so CHAIR and coverage agree on what a
+caption names; every occurrence of a noun that names a class is a mention. With the paper's
+synonyms file (and from Python without `read_nouns`), each caption is instead scanned for
+object mentions the way the paper's code (`utils/chair.py` of
 LisaAnne/Hallucination) does: lower-cased word tokens (an apostrophe splits a word, "man's" is
 "man"; a hyphenated word stays one token, so "hot-dog" names nothing), plural forms reduced to a
 known singular, then two-word names merged into one token (`DOUBLE_WORDS`: "hot dog" is not a
@@ -19,7 +23,7 @@ classes). The paper's numbers use its own, longer table (`data/synonyms.txt`: "m
 reads that file (`edgecap eval chair --synonyms`), and then mentions equal the paper's code's
 except where its singulariser (pattern.en) mangles a word: it turns "bus" into "bu", "ties"
 into "ty", "canoes" into "cano" and leaves "doggies" alone, so it never counts those; edgecap
-does (docs/evaluation.md). No spaCy: matching is a dictionary lookup, so CHAIR is deterministic and fast.
+does (docs/evaluation.md). That scan needs no spaCy: matching is a dictionary lookup.
 """
 
 from __future__ import annotations

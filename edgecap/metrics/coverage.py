@@ -33,6 +33,14 @@ MULTIWORD = ("head", "mean")
 VECTOR_CACHE = 8192
 
 
+@lru_cache(maxsize=1)
+def _hungarian():
+    """scipy's linear_sum_assignment (imported once, on first use: scipy is not needed to import this module)."""
+    from scipy.optimize import linear_sum_assignment
+
+    return linear_sum_assignment
+
+
 def threshold_label(t: float) -> str:
     """0.01 -> '>1%' (the column names of SMArT's Table IV)."""
     pct = t * 100
@@ -123,6 +131,7 @@ class CoverageScorer:
                                       vocabulary=vocabulary)
         self.extract = extractor
         self.vocabulary = vocabulary or getattr(extractor, "vocabulary", None) or ACVR
+        self._class_set = frozenset(self.vocabulary.classes)
         self.phrase_vector = lru_cache(maxsize=VECTOR_CACHE)(self._phrase_vector)
 
     # -- vectors and profits -------------------------------------------------------------
@@ -157,10 +166,13 @@ class CoverageScorer:
         col_has = np.array([v is not None for v in cls_vecs])
         C = np.stack([v if v is not None else np.zeros(self.glove.dim, np.float32) for v in cls_vecs])
         gt_set = set(classes)
+        if self.profit != "exact" and col_has.any():
+            vecs = [self.phrase_vector(noun) for noun in nouns]
+            rows = [i for i, v in enumerate(vecs) if v is not None]
+            if rows:  # one product for every noun with a vector
+                N = np.stack([vecs[i] for i in rows])
+                P[rows] = np.where(col_has, self._from_cosine(N @ C.T), 0.0)
         for i, noun in enumerate(nouns):
-            vec = self.phrase_vector(noun) if self.profit != "exact" else None
-            if vec is not None:
-                P[i] = np.where(col_has, self._from_cosine(C @ vec), 0.0)
             hit = exact_class(noun, gt_set, self.vocabulary)
             if hit in gt_set:
                 j = classes.index(hit)
@@ -181,8 +193,7 @@ class CoverageScorer:
 
     def score_nouns(self, caption: str, nouns: list[str], gt: dict[str, float]) -> CoverageResult:
         """Coverage from already-extracted nouns (what `score` does after spaCy)."""
-        from scipy.optimize import linear_sum_assignment
-
+        linear_sum_assignment = _hungarian()
         gt = {str(c): float(a) for c, a in gt.items()}
         keep, dropped = self.usable_nouns(nouns, gt)
         all_classes = sorted(gt)
@@ -211,7 +222,7 @@ class CoverageScorer:
             cov = total / len(cols)
             coverage[t], matches[t] = cov, found
             previous = (cols, cov, found)
-        unknown = sorted(set(gt) - set(self.vocabulary.classes))
+        unknown = sorted(c for c in gt if c not in self._class_set)
         return CoverageResult(caption, list(nouns), dropped, gt, coverage, matches, unknown)
 
     def score(self, captions: list[str], gt: list[dict[str, float]]) -> list[CoverageResult]:

