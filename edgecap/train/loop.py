@@ -59,7 +59,7 @@ from edgecap.io import (
 from edgecap.jsonio import read_json
 from edgecap.models.checkpoint import read_payload, save_checkpoint
 from edgecap.models.factory import build_from_config
-from edgecap.progress import progress_bar
+from edgecap.progress import bar_wanted, progress_bar
 from edgecap.train.config import TrainConfig, load_config, parse_config, to_toml
 from edgecap.train.metrics_log import MetricsLog, plot_curves
 from edgecap.train.process import (
@@ -88,6 +88,7 @@ READABLE_STATE_VERSIONS = (1, 2)
 RUN_FILES = ("config.toml", "vocab.json", "metrics.jsonl", "curves.png", "last.pt", "last.state.pt", "best.pt",
              "best_xe.pt", "summary.json", "test_captions.json")
 PHASES = ("xe", "scst")
+RANK_AVERAGED = ("loss", "reward", "baseline")  # under DDP, logged as the mean over every rank
 
 
 # -- run state -----------------------------------------------------------------------------
@@ -228,7 +229,7 @@ class Trainer:
                 remove_orphans(self.out / name)
         cfg = self.cfg = self.written.with_paths_from(self.started_in)
         karpathy, images, features = prepare_data(cfg, self.out, self.progress and self.is_main)
-        self.karpathy = karpathy
+        self.karpathy, self.data_files = karpathy, (images, features)
         self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val", "test") if self.test
                                                     else ("train", "val"))
         if self.test and not self.splits.test:
@@ -581,10 +582,34 @@ class Trainer:
         if n:
             line = {"kind": "train", "phase": s.phase, "step": s.step, "epoch": s.epoch, "steps": n}
             line.update({k: v / n for k, v in acc.items()})
+            if self.world > 1:  # every rank's share of the batch, not rank 0's alone
+                line.update(self._mean_over_ranks({k: line[k] for k in RANK_AVERAGED if k in line}))
             line["lr"] = self.schedule(s.phase_step)
             line["steps_per_s"] = n / seconds if seconds > 0 else None
             self.metrics.write(line)
+            if self.is_main and self.progress and not bar_wanted():
+                self._progress_line(line)
         s.log_acc = {}
+
+    def _mean_over_ranks(self, values: dict) -> dict:
+        keys = sorted(values)
+        tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64,
+                              device=self.device if self.device.type == "cuda" else "cpu")
+        torch.distributed.all_reduce(tensor)
+        return {k: float(v) / self.world for k, v in zip(keys, tensor.tolist(), strict=True)}
+
+    def _progress_line(self, line: dict) -> None:
+        """Into a log file (no terminal, so no bar): one plain line per metrics line."""
+        s = self.state
+        per_epoch = self.sampler.batches_per_epoch()
+        parts = [f"{s.phase} epoch {s.epoch + (1 if s.batch else 0)}/{self._phase_epochs(s.phase)}",
+                 f"step {s.step} (batch {s.batch or per_epoch}/{per_epoch})", f"loss {line['loss']:.4f}"]
+        if "reward" in line:
+            parts.append(f"reward {line['reward']:.4f}")
+        parts.append(f"lr {line['lr']:.2e}")
+        if line.get("steps_per_s"):
+            parts.append(f"{line['steps_per_s']:.2f} steps/s")
+        print(", ".join(parts), file=sys.stderr, flush=True)
 
     # -- validation ----------------------------------------------------------------------
 
@@ -645,6 +670,9 @@ class Trainer:
             if self.state.done and not self.test:
                 return self.summary(stopped=False)
             if not self.state.done:
+                from edgecap.train.startup import announce
+
+                announce(self)
                 phases = self.phases()
                 start = phases.index(self.state.phase) if self.state.phase in phases else 0
                 for phase in phases[start:]:
