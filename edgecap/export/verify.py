@@ -83,9 +83,15 @@ def _data_dir(path: Path, label: str, features: str = "") -> ParityData:
     karpathy = path / "dataset_coco.json"
     if not karpathy.is_file():
         raise EdgecapError(f"parity data {path}: no dataset_coco.json")
-    images = path / "images" if (path / "images").is_dir() else path
+    images = _data_dir_images(path)
     h5 = Path(features) if features else path / "features.h5"
     return ParityData(karpathy, images, h5, label)
+
+
+def _data_dir_images(folder: Path) -> Path | None:
+    if (folder / "images").is_dir():
+        return folder / "images"
+    return folder if folder.is_dir() else None
 
 
 def find_parity_data(data: str = "", meta: dict | None = None,
@@ -110,7 +116,9 @@ def find_parity_data(data: str = "", meta: dict | None = None,
     at = partial(from_run_start, started_in=meta.get("train_cwd"))
     if train.get("karpathy") and not synth:
         karpathy = at(train["karpathy"])
-        images = at(train["images"]) if train.get("images") else None
+        # a run on cached features names no images; an export that attaches the front end
+        # needs them: those beside dataset_coco.json, as `--data DIR` would take them
+        images = at(train["images"]) if train.get("images") else _data_dir_images(karpathy.parent)
         features = at(train["features"]) if train.get("features") else None
         if karpathy.is_file() and ((images and images.is_dir()) or (features and features.is_file())):
             return ParityData(karpathy, images, features, f"the training data {karpathy}"), None, []

@@ -433,13 +433,15 @@ def load_config(path: str | os.PathLike, overrides: tuple[str, ...] | list[str] 
         return parse_config(data, source=str(path), text=text)
     from edgecap.train.overrides import apply_data_dir, apply_set
 
-    changes = []
+    changes, missing = [], None
     if data_dir is not None:
-        apply_data_dir(data, data_dir)
+        missing = apply_data_dir(data, data_dir)
         changes.append(f"--data {data_dir}")
     for assignment in overrides:
         apply_set(data, assignment)
         changes.append(f"--set {assignment}")
+    if missing and not (data.get("data") or {}).get("features"):
+        raise EdgecapError(missing)
     try:
         cfg = parse_config(data, source=str(path))
     except EdgecapError as exc:
