@@ -40,3 +40,9 @@ def warn(message: str) -> None:
     import sys
 
     print(f"edgecap: warning: {message}", file=sys.stderr, flush=True)
+
+
+def random_front_end(backbone: str, fix: str) -> str:
+    """The warning every command gives about a front end with seeded random weights."""
+    return (f"the {backbone} front end has random weights: its features hardly differ between images, and a "
+            f"captioner trained on them says one caption for all; {fix}")

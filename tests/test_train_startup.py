@@ -87,7 +87,8 @@ def test_features_extracted_with_random_weights(world, tmp_path, capsys):
                   "dim": 16}
     features = _features_file(world, tmp_path / "random.h5", same=False, provenance=provenance)
     got = _warnings(capsys, _features_config(world, features), tmp_path / "a")
-    assert len(got) == 1 and "random.h5 was extracted by resnet50 with random weights" in got[0], got
+    assert len(got) == 1 and "the resnet50 front end has random weights" in got[0], got
+    assert "random.h5 was extracted without --weights" in got[0]
     provenance["weights_sha256"] = "0" * 64
     features = _features_file(world, tmp_path / "weighted.h5", same=False, provenance=provenance)
     assert _warnings(capsys, _features_config(world, features), tmp_path / "b") == []
@@ -100,7 +101,8 @@ def test_a_front_end_with_random_weights(world, tmp_path, capsys):
     model = {**TINY_MODEL, "visual": {"kind": "torchvision", "backbone": "mobilenet_v3_large", "image_size": 32}}
     model.pop("d_in"), model.pop("n_regions"), model.pop("encoder_positions")
     got = _warnings(capsys, tiny_config(world, model=model, **CLEAN), tmp_path / "a")
-    assert any("the mobilenet_v3_large front end has random weights" in line for line in got), got
+    assert any("the mobilenet_v3_large front end has random weights" in line and "--visual-weights FILE" in line
+               for line in got), got
     weights = tmp_path / "mobilenet.pth"
     torch.save(torchvision.models.mobilenet_v3_large(weights=None).state_dict(), weights)
     cfg = tiny_config(world, model=model, **CLEAN).with_visual_weights(weights)
@@ -125,3 +127,42 @@ def test_the_summary_block_and_plain_progress_lines_into_a_log(world, tmp_path, 
     assert all("lr " in p and "steps/s" in p for p in progress)
     code, _, err = run_cli("train", "--resume", tmp_path / "run", "--quiet")
     assert code == 0 and not [line for line in err.splitlines() if line.startswith(("run ", "xe epoch"))], err
+
+
+def _warned(err):
+    return [line for line in err.splitlines() if line.startswith("edgecap: warning:")]
+
+
+def test_features_extract_export_and_run_warn_about_a_random_front_end(world, tmp_path, run_cli):
+    import torch
+    import torchvision
+
+    from edgecap.models.frontends import frontend_overrides
+    from tests._export_util import CNN, save_tiny
+
+    extract = ["features", "extract", "--backbone", "mobilenet_v3_large", "--image-size", 64, "--images",
+               world / "images", "--split-file", world / "dataset_coco.json", "--splits", "val", "--batch-size", 8,
+               "--quiet"]
+    code, _, err = run_cli(*extract, "--out", tmp_path / "random.h5")
+    assert code == 0, err
+    assert len(_warned(err)) == 1 and "mobilenet_v3_large front end has random weights" in err
+    assert "pass --weights FILE" in err
+    weights = tmp_path / "mobilenet.pth"
+    torch.save(torchvision.models.mobilenet_v3_large(weights=None).state_dict(), weights)
+    code, _, err = run_cli(*extract, "--weights", weights, "--out", tmp_path / "weighted.h5")
+    assert code == 0 and _warned(err) == [], err
+
+    frames = world / "images" / "val2014"
+    for name, extra, warned in (("random", frontend_overrides("mobilenet_v3_large", image_size=64), True),
+                                ("cnn", CNN, False)):
+        ckpt = save_tiny(tmp_path / f"{name}.pt", "smart", **extra)
+        code, _, err = run_cli("export", ckpt, "--engine", "onnx", "--out", tmp_path / name, "--samples", 2,
+                               "--quiet")
+        assert code == 0, err
+        assert len(_warned(err)) == int(warned), err
+        code, _, err = run_cli("run", tmp_path / name, "--source", frames, "--pace", "every", "--no-coverage",
+                               "--jsonl", tmp_path / f"{name}.jsonl")
+        assert code == 0, err
+        assert len(_warned(err)) == int(warned), err
+        if warned:
+            assert "export the bundle with --visual-weights FILE" in err

@@ -85,6 +85,11 @@ def run(args) -> int:
     result = export_bundle(args.checkpoint, settings, progress=not args.quiet)
     for line in _summary(result):
         print(line)
+    frontend = result.manifest.frontend or {}
+    if frontend.get("weights") == "random":
+        from edgecap.errors import random_front_end, warn
+
+        warn(random_front_end(frontend.get("backbone", "bundle's"), "export again with --visual-weights FILE"))
     if result.manifest.input == "images":
         print(f"run it: edgecap run {shlex.quote(str(result.path))} --source 0   (camera 0; or a video, folder, synth://tabletop)")
     else:

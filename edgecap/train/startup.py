@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from edgecap.errors import random_front_end as random_front_end_message
 from edgecap.errors import warn
 
 SIMILAR_COSINE = 0.98  # random resnet50 features: 0.994; trained backbones' COCO features: well below 0.9
@@ -27,13 +28,11 @@ def random_front_end(trainer) -> str | None:
 
     vc = trainer.model_cfg.visual
     if vc.kind in FRONT_END_KINDS and not vc.weights:
-        return (f"the {vc.backbone} front end has random weights (no --visual-weights / [model].visual.weights): "
-                f"its features hardly differ between images and the captioner will learn one caption for all")
+        return random_front_end_message(vc.backbone, "pass --visual-weights FILE ([model].visual.weights)")
     made = trainer.features_provenance
     if made.get("weights_sha256") == RANDOM:
-        return (f"{trainer.cfg.data.features} was extracted by {made.get('backbone', 'a front end')} with random "
-                f"weights (features extract without --weights): its features hardly differ between images and "
-                f"the captioner will learn one caption for all")
+        return random_front_end_message(made.get("backbone", "features'"), f"{trainer.cfg.data.features} was "
+                                        f"extracted without --weights: extract it again with --weights FILE")
     return None
 
 
