@@ -12,6 +12,8 @@ Run directory (`--out`):
     best.pt             best validation CIDEr-D so far (any phase)
     best_xe.pt          best validation CIDEr-D of the XE phase (where SCST starts, as in M2)
     test_captions.json  --test: best.pt's captions of the test split (COCO results format)
+    epochs/, averaged.pt  [run].average_last = N: the last N epoch ends' weights per phase, and
+                        their mean at the end of the run (edgecap.train.averaging)
     data/               the synthetic world, when the config generates it
     index/              RA-Transformer: the retrieval index built with the frozen visual front end
 
@@ -29,6 +31,7 @@ wait at a barrier).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
@@ -86,7 +89,7 @@ READABLE_STATE_VERSIONS = (1, 2)
 # the files a run writes into --out (the module docstring describes each); its data/ and
 # index/ directories are guarded by their own kinds (edgecap.io), like any --out of theirs
 RUN_FILES = ("config.toml", "vocab.json", "metrics.jsonl", "curves.png", "last.pt", "last.state.pt", "best.pt",
-             "best_xe.pt", "summary.json", "test_captions.json")
+             "best_xe.pt", "summary.json", "test_captions.json", "averaged.pt", "epochs")
 PHASES = ("xe", "scst")
 RANK_AVERAGED = ("loss", "reward", "baseline")  # under DDP, logged as the mean over every rank
 
@@ -647,6 +650,11 @@ class Trainer:
             if s.phase == "xe" and score > s.best_xe:
                 s.best_xe, s.best_xe_epoch = score, s.epoch
                 self._save_model("best_xe.pt", score)
+            if self.cfg.run.average_last:
+                from edgecap.train.averaging import keep_epoch
+
+                keep_epoch(self.out, self.model, self.vocab, self._meta(score), s.phase, s.epoch,
+                           self.cfg.run.average_last)
             if self.bar is not None and self.progress:
                 self.bar.write(f"{s.phase} epoch {s.epoch}: validation CIDEr-D {score:.3f} (best {s.best:.3f})")
         if self.world > 1:
@@ -681,6 +689,7 @@ class Trainer:
                     if stopped:
                         break
                 if not stopped:
+                    self._average()
                     self.state.done = True
                     self.save_last()
             if not stopped and self.test:
@@ -737,6 +746,33 @@ class Trainer:
         self._end_of_phase(phase)
         return False
 
+    @contextlib.contextmanager
+    def _weights(self, state_dict: dict):
+        """The model with other weights for the length of the block (then its own again)."""
+        own = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(state_dict)
+        try:
+            yield
+        finally:
+            self.model.load_state_dict(own)
+
+    def _average(self) -> None:
+        """[run].average_last: averaged.pt from the final phase's last epoch ends, validated."""
+        from edgecap.train.averaging import average_weights, epoch_files
+
+        n = self.cfg.run.average_last
+        files = epoch_files(self.out, self.state.phase)[-n:] if n else []
+        if not files or not self.is_main:
+            return
+        with self._weights(average_weights(files)):
+            score, captions = self.validate()
+            self._save_model("averaged.pt", score)
+        line = {"kind": "averaged", "phase": self.state.phase, "step": self.state.step,
+                "epochs": [f.stem for f in files], "cider_d": score, "beam": self.cfg.run.val_beam,
+                "samples": captions[: self.cfg.run.val_samples]}
+        if not self._logged(line):  # a kill before the run's final save repeats this
+            self.metrics.write(line)
+
     def score_test(self) -> None:
         """--test: best.pt's captions of the test split with the validation beam, into
         test_captions.json (COCO results, what `edgecap eval coco` reads) and metrics.jsonl."""
@@ -746,13 +782,8 @@ class Trainer:
         from edgecap.models.checkpoint import load_checkpoint
         from edgecap.train.split_captions import results
 
-        best = self.out / "best.pt"
-        weights = {k: v.clone() for k, v in self.model.state_dict().items()}
-        self.model.load_state_dict(load_checkpoint(best).model.state_dict())
-        try:
+        with self._weights(load_checkpoint(self.out / "best.pt").model.state_dict()):
             score, captions = self.validate(self.splits.test)
-        finally:
-            self.model.load_state_dict(weights)
         write_json_atomic(self.out / "test_captions.json", results(self.splits.test, captions))
         self.metrics.write({"kind": "test", "step": self.state.step, "checkpoint": "best.pt",
                             "beam": self.cfg.run.val_beam, "images": len(captions), "cider_d": score,
@@ -772,6 +803,8 @@ class Trainer:
                 "best_scst_val_cider_d": max(scst) if scst else None,
                 "last_val_cider_d": vals[-1]["cider_d"] if vals else None,
                 "karpathy": str(self.karpathy),
+                "averaged_val_cider_d": next((r["cider_d"] for r in reversed(self.metrics.records())
+                                              if r.get("kind") == "averaged"), None) if self.is_main else None,
                 "test_cider_d": next((r["cider_d"] for r in reversed(self.metrics.records()) if r.get("kind") == "test"),
                                      None) if self.is_main else None,
                 "model": self.model_cfg.name, "parameters": self.model.num_parameters(), "world_size": self.world,
