@@ -118,7 +118,7 @@ def test_the_summary_block_and_plain_progress_lines_into_a_log(world, tmp_path, 
     lines = err.splitlines()
     assert lines[0].startswith(f"run {tmp_path / 'run'}: smart, 58,904 parameters (58,904 trained), on cpu x 1 process")
     block = "\n".join(lines[:7])
-    for needle in ("images train 36, val 2", "vocabulary: 94 words (min_count 1)", "16 regions x 16",
+    for needle in ("train 36, val 2 images", "vocabulary: 94 words (min_count 1)", "16 regions x 16",
                    "xe: 9 steps per epoch of 4 images per process, 1 epoch", "validation: 2 images, beam 1"):
         assert needle in block, block
     progress = [line for line in lines if line.startswith("xe epoch ")]

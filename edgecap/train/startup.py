@@ -118,8 +118,8 @@ def summary_block(trainer) -> list[str]:
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     lines = [f"run {trainer.out}: {mc.name}{f' ({mc.family})' if mc.family != mc.name else ''}, {params:,} parameters ({trainable:,} trained), "
              f"on {trainer.device} x {trainer.world} process{'es' if trainer.world > 1 else ''}",
-             f"  data: {trainer.karpathy}; {data}; images train {len(splits.train)}, val {len(trainer.val_images)}"
-             + (f", test {len(splits.test)}" if splits.test else ""),
+             f"  data: {trainer.karpathy}; {data}; train {len(splits.train)}, val {len(trainer.val_images)}"
+             + (f", test {len(splits.test)}" if splits.test else "") + " images",
              f"  vocabulary: {len(trainer.vocab)} words (min_count {cfg.data.min_count}); captions up to "
              f"{mc.max_len} tokens",
              f"  visual: {mc.visual.kind}{f' {mc.visual.backbone}' if mc.visual.backbone else ''} -> "
