@@ -91,7 +91,10 @@ READABLE_STATE_VERSIONS = (1, 2)
 RUN_FILES = ("config.toml", "vocab.json", "metrics.jsonl", "curves.png", "last.pt", "last.state.pt", "best.pt",
              "best_xe.pt", "summary.json", "test_captions.json", "averaged.pt", "epochs")
 PHASES = ("xe", "scst")
-RANK_AVERAGED = ("loss", "reward", "baseline")  # under DDP, logged as the mean over every rank
+RANK_AVERAGED = ("loss", "reward", "baseline")
+RESUME_FREE = frozenset({"run.out", "run.device", "run.threads"})  # where and how fast, not what
+# how long the phases run may change on resume (extend a finished run, stop one earlier)
+PHASE_LENGTHS = frozenset({"schedule.epochs", "schedule.patience", "scst.epochs", "scst.patience"})  # under DDP, logged as the mean over every rank
 
 
 # -- run state -----------------------------------------------------------------------------
@@ -159,6 +162,7 @@ class Trainer:
         self.resume, self.max_steps, self.progress = resume, max_steps, progress
         self.test = test  # score the test split with best.pt once the run is done
         self.restarted = False  # set when --out holds a same-config run that never saved
+        self._lengths_changed = None  # --resume with other phase lengths: the first one changed
         want = device or cfg.run.device
         if want == "auto":
             want = "cuda" if torch.cuda.is_available() else "cpu"
@@ -191,12 +195,14 @@ class Trainer:
             stored = self.out / "config.toml"
             if stored.is_file():
                 old = parse_config(_toml(stored), source=str(stored))
-                diff = _first_difference(old.to_dict(), self.written.to_dict(), ignore={"run.out", "run.device", "run.threads"})
+                diff = _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE | PHASE_LENGTHS)
                 if diff:
                     raise EdgecapError(
                         f"--resume: the config differs from the run's {stored} at {diff}; resume with --config {shlex.quote(str(stored))} "
-                        f"(it includes any --set / --data changes the run started with)"
+                        f"(it includes any --set / --data changes the run started with; only "
+                        f"{', '.join(sorted(PHASE_LENGTHS))} may change on resume)"
                     )
+                self._lengths_changed = _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE)
         elif last.is_file() or state.is_file():
             raise EdgecapError(
                 f"run directory {self.out} already holds a run (last.pt); pass --resume to continue it or choose another --out"
@@ -216,8 +222,7 @@ class Trainer:
         if stored.is_file():
             try:
                 old = parse_config(_toml(stored), source=str(stored))
-                same = not _first_difference(old.to_dict(), self.written.to_dict(),
-                                             ignore={"run.out", "run.device", "run.threads"})
+                same = not _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE)
             except EdgecapError:
                 same = False
         if not same:
@@ -462,7 +467,27 @@ class Trainer:
         self._pending_optimizer_state = saved.get("optimizer")
         self.metrics.truncate_after(self.state.step)
         self._repair_last(saved["meta"])
+        if self._lengths_changed:
+            self._new_phase_lengths()
         set_rng_state(saved["rng"][self.rank])
+
+    def _new_phase_lengths(self) -> None:
+        """--resume with other [schedule] / [scst] epochs or patience: the run goes on under
+        them (a finished run too, when they leave it more to do); XE's may not change once SCST
+        has started. config.toml then holds the changed config, which later resumes compare with."""
+        s, stored = self.state, self.out / "config.toml"
+        old = parse_config(_toml(stored), source=str(stored))
+        xe_changed = (old.schedule.epochs, old.schedule.patience) != (self.cfg.schedule.epochs, self.cfg.schedule.patience)
+        if s.phase == "scst" and self.cfg.scst.epochs == 0:
+            raise EdgecapError("--resume: the run is in SCST; [scst].epochs = 0 would take it back to XE "
+                               "(to stop it here, set [scst].patience or a smaller [scst].epochs)")
+        if xe_changed and s.phase == "scst":
+            raise EdgecapError(f"--resume: the run is in SCST, its XE phase is over; only [scst].epochs and "
+                               f"[scst].patience can change now ({self._lengths_changed})")
+        s.done = False
+        if self.is_main:
+            write_text_atomic(stored, self.written.text or to_toml(self.written.to_dict()))
+            print(f"edgecap: resuming with {self._lengths_changed}; {stored} updated", file=sys.stderr, flush=True)
 
     def _repair_last(self, meta: dict) -> None:
         """A kill after last.state.pt committed and before last.pt did leaves last.pt one save
