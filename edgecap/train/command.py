@@ -117,6 +117,11 @@ def report(summary: dict) -> list[str]:
         lines.append(f"checkpoint: {ckpt['path']} (step {ckpt['step']}, {ckpt['phase']}, validation CIDEr-D "
                      f"{ckpt['val_cider_d']:.3f}; {how})")
         lines.append(_next_step(ckpt))
+        if not ckpt.get("takes_images", True) and summary.get("test_cider_d") is None:
+            path = shlex.quote(str(ckpt["path"]))
+            test = shlex.quote(str(Path(summary["out"]) / "test.json"))
+            lines.append(f"evaluate: edgecap caption {path} --split test --json {test}   (its features of the "
+                         f"test split, in PyTorch; then edgecap eval coco)")
     if summary.get("test_cider_d") is not None:
         captions = shlex.quote(str(Path(summary["out"]) / "test_captions.json"))
         lines.append(f"test split: CIDEr-D {summary['test_cider_d']:.3f} (best.pt, the validation beam); "
