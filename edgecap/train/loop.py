@@ -379,7 +379,7 @@ class Trainer:
         if not self._logged(line):
             self.metrics.write(line)
         if self.is_main and self.progress and reason == "patience":
-            print(f"{phase}: validation CIDEr-D has not improved for {s.since_best} epochs (patience "
+            print(f"{phase}: validation CIDEr-D has not improved for {s.since_best} epoch{'s' * (s.since_best != 1)} (patience "
                   f"{self._patience(phase)}); best epoch {s.phase_best_epoch} ({s.phase_best:.3f})",
                   file=sys.stderr, flush=True)
 
