@@ -384,8 +384,8 @@ class Trainer:
                   file=sys.stderr, flush=True)
 
     def _logged(self, line: dict) -> bool:
-        """Whether metrics.jsonl already ends with `line` (written before a kill that the save
-        at the same step survived)."""
+        """Whether metrics.jsonl already holds `line`: written at the step of the last save,
+        before a kill or a stop, it survives the resume's truncation and is not written twice."""
         return self.is_main and line in self.metrics.records()
 
     def _batch_size(self, phase: str) -> int:
