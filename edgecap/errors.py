@@ -33,3 +33,16 @@ def did_you_mean(name: str, choices) -> str:
 
     close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def warn(message: str) -> None:
+    """One line on stderr about something that will waste the user's time, said before it does."""
+    import sys
+
+    print(f"edgecap: warning: {message}", file=sys.stderr, flush=True)
+
+
+def random_front_end(backbone: str, fix: str) -> str:
+    """The warning every command gives about a front end with seeded random weights."""
+    return (f"the {backbone} front end has random weights: its features hardly differ between images, and a "
+            f"captioner trained on them says one caption for all; {fix}")

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from _train_tiny import run_ddp, tiny_config
+from _train_tiny import TINY_MODEL, run_ddp, tiny_config
 
 
 @pytest.mark.slow
@@ -47,3 +47,36 @@ def test_zero_memory_slots_do_not_stall_ddp(tmp_path):
     model = {**TINY_MODEL, "preset": "smart-nomem", "memory": {"slots": 0}}
     out, _ = run_ddp(tmp_path, tiny_config(world, model=model, schedule={"epochs": 1}))
     assert json.loads((out / "summary.json").read_text())["step"] == 5
+
+
+@pytest.mark.slow
+def test_the_logged_loss_is_the_mean_over_ranks(tmp_path):
+    """Step 1 under 2 processes: both ranks start from the same weights (no dropout), so the
+    loss each rank's shard gives can be computed here; the log holds their mean, not rank 0's."""
+    import torch
+
+    from edgecap.data.datasets import EpochBatchSampler, collate
+    from edgecap.data.synth import generate_dataset
+    from edgecap.train.loop import Trainer
+    from edgecap.train.xe import xe_step
+
+    world = tmp_path / "data"
+    generate_dataset(world, 40, seed=3, size=32, sequences=0, video_frames=0, progress=False)
+    cfg = tiny_config(world, model={**TINY_MODEL, "dropout": 0.0}, schedule={"epochs": 1, "warmup": 5})
+    out, _ = run_ddp(tmp_path, cfg)
+    logged = next(json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"train"' in x)
+    assert logged["step"] == 1
+
+    trainer = Trainer(cfg, out=tmp_path / "here", progress=False)
+    trainer.setup()
+    trainer.module.train()
+    losses = []
+    with torch.no_grad():
+        for rank in (0, 1):
+            sampler = EpochBatchSampler(len(trainer.train_set), 4, seed=0, rank=rank, world=2)
+            sampler.set_epoch(0)
+            indices = next(iter(sampler))
+            batch = collate([trainer.train_set[i] for i in indices], pad_id=trainer.vocab.pad_id)
+            losses.append(float(xe_step(trainer.module, batch, trainer.vocab.pad_id)))
+    assert losses[0] != pytest.approx(losses[1], abs=1e-4)  # the shards differ, so the mean is not rank 0's
+    assert logged["loss"] == pytest.approx(sum(losses) / 2, abs=1e-5)

@@ -97,12 +97,22 @@ def test_export_from_another_directory_checks_parity_on_the_relative_data_it_tra
 def test_data_for_a_features_model_needs_its_hdf5(tmp_path):
     folder = _dataset(tmp_path / "mine")
     coco = Path(REPO) / "configs" / "coco-smart.toml"
-    with pytest.raises(EdgecapError, match=r"reads precomputed features but there is no .*features.h5"):
+    with pytest.raises(EdgecapError, match=r"reads precomputed features and the folder holds no .h5 / .hdf5 file; "
+                                           r"name the file with --set data.features=FILE"):
         load_config(coco, data_dir=folder)
     from tests.test_train_xe import write_features
 
-    write_features(folder, folder / "features.h5")
-    assert load_config(coco, data_dir=folder).data.features == str(folder / "features.h5")
+    # any name: the folder's only HDF5 file, or the one the config names (coco_detections.hdf5)
+    write_features(folder, folder / "resnet50.h5")
+    assert load_config(coco, data_dir=folder).data.features == str(folder / "resnet50.h5")
+    write_features(folder, folder / "vit.h5")
+    with pytest.raises(EdgecapError, match=r"holds 2 HDF5 files \(resnet50.h5, vit.h5\)"):
+        load_config(coco, data_dir=folder)
+    # --set data.features= after --data picks one, as docs/training.md says
+    chosen = load_config(coco, ["data.features=" + str(folder / "vit.h5")], data_dir=folder)
+    assert chosen.data.features == str(folder / "vit.h5") and chosen.data.karpathy == str(folder / "dataset_coco.json")
+    write_features(folder, folder / "coco_detections.hdf5")
+    assert load_config(coco, data_dir=folder).data.features == str(folder / "coco_detections.hdf5")
 
 
 def test_data_errors(tmp_path):

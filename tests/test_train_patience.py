@@ -124,3 +124,29 @@ def test_init_from_refusals(world, straight, tmp_path, run_cli):
     assert code == 1 and "no.pt" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("train", "--resume", run, "--init-from", run / "best.pt")
     assert code == 1 and "--init-from starts a new run" in err
+
+
+def test_a_finished_run_resumed_with_more_phases_goes_on_as_if_planned(world, tmp_path, run_cli):
+    planned = _cfg(world, schedule={"epochs": 2, "patience": 0}, scst={"epochs": 1, "patience": 0})
+    xe_only = _cfg(world, schedule={"epochs": 2, "patience": 0}, scst={"epochs": 0, "patience": 0})
+    straight = tmp_path / "straight"
+    Trainer(planned, out=straight, progress=False).run()
+    config = tmp_path / "xe.toml"
+    config.write_text(to_toml(xe_only.to_dict()))
+    run = tmp_path / "run"
+    code, stdout, err = run_cli("train", "--config", config, "--out", run, "--quiet")
+    assert code == 0 and "finished at step 18 (xe)" in stdout, err
+    # the SCST the papers run next, on the same run directory
+    code, stdout, err = run_cli("train", "--resume", run, "--set", "scst.epochs=1", "--quiet")
+    assert code == 0 and "finished at step 27 (scst)" in stdout, err
+    assert "resuming with scst.epochs (0 -> 1)" in err
+    assert _comparable(run) == _comparable(straight)
+    a = torch.load(straight / "last.pt", weights_only=True)["state_dict"]
+    b = torch.load(run / "last.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert "epochs = 1" in (run / "config.toml").read_text().split("[scst]")[1]
+    # what may not change: XE once SCST has run, anything but phase lengths
+    code, _, err = run_cli("train", "--resume", run, "--set", "schedule.epochs=5", "--quiet")
+    assert code == 1 and "its XE phase is over" in err
+    code, _, err = run_cli("train", "--resume", run, "--set", "optim.lr=0.1", "--quiet")
+    assert code == 1 and "config differs" in err and "may change on resume" in err

@@ -112,6 +112,11 @@ def test_a_features_checkpoint_scores_the_test_split_as_its_bundle_does(world, m
 def test_caption_split_refusals(world, m2_features, tmp_path, run_cli):
     run = tmp_path / "run"
     Trainer(_config(world, m2_features), out=run, max_steps=2, progress=False).run()
+    from edgecap.train.command import report
+
+    summary = Trainer(_config(world, m2_features), out=run, resume=True, progress=False).run()
+    evaluate = next(line for line in report(summary) if line.startswith("evaluate: "))
+    assert evaluate.startswith(f"evaluate: edgecap caption {run / 'best.pt'} --split test --json {run / 'test.json'}")
     code, _, err = run_cli("caption", run / "best.pt", tmp_path / "x.jpg")
     assert code == 1 and "--features FILE.h5 --split test" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("caption", run / "best.pt", "--features", m2_features)

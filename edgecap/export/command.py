@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", help="fp32 | fp16 | int8 (default fp32)")
     parser.add_argument("--opset", type=Integer(), help=f"ONNX opset, one of {', '.join(map(str, SUPPORTED_OPSETS))} (default 17)")
     parser.add_argument("--exporter", help=f"{' | '.join(CHOICES['exporter'])} (default torchscript)")
-    parser.add_argument("--samples", type=SIZES["samples"], help="inputs the parity gate runs (default 8)")
+    parser.add_argument("--samples", type=SIZES["samples"], help="inputs the parity gate runs (default 32: held-out images first, all "
+                                                                           "the data's images when it has fewer)")
     parser.add_argument("--data", help="dataset dir (dataset_coco.json + images/) for parity / calibration inputs "
                                        "(default: the data the checkpoint was trained on)")
     parser.add_argument("--quantize", help="onnx int8: dynamic | static | weight-only (default dynamic)")
@@ -65,6 +66,10 @@ def _summary(result) -> list[str]:
         random_inputs = random_inputs or p.get("random_inputs", False)
     sources = {p["inputs"] for p in result.parity.values() if p.get("inputs")}
     lines += [f"  parity inputs: {source}" for source in sorted(sources)]
+    if any(p.get("one_caption_for_all") for p in result.parity.values()):
+        lines.append("  WARNING: the model gives one caption for every parity input: identical captions say "
+                     "nothing here; was it trained on features with random front-end weights (edgecap train "
+                     "warns at start)?")
     if random_inputs:
         lines.append("  WARNING: the parity inputs are random noise (no data found for this checkpoint): "
                      "the captions match, but the CIDEr-D delta says nothing about caption quality; "
@@ -80,6 +85,11 @@ def run(args) -> int:
     result = export_bundle(args.checkpoint, settings, progress=not args.quiet)
     for line in _summary(result):
         print(line)
+    frontend = result.manifest.frontend or {}
+    if frontend.get("weights") == "random":
+        from edgecap.errors import random_front_end, warn
+
+        warn(random_front_end(frontend.get("backbone", "bundle's"), "export again with --visual-weights FILE"))
     if result.manifest.input == "images":
         print(f"run it: edgecap run {shlex.quote(str(result.path))} --source 0   (camera 0; or a video, folder, synth://tabletop)")
     else:

@@ -77,12 +77,15 @@ CHOICES = {
     "quantize": ("dynamic", "static", "weight-only"),
     "int8_mode": ("qdq", "calibrator"),
 }
+# parity inputs by default: enough that "100% identical" means something (held-out images
+# first; a dataset with fewer real images has them all, edgecap.export.verify)
+PARITY_SAMPLES = 32
 # the sizes a flag or a preset sets: the flags' argparse types (edgecap.argtypes)
 SIZES = {"batch": BATCH, "beam": BEAM, "samples": Integer(1, 10_000), "workspace": Integer(16, 2**20)}
 
 BASE_DEFAULTS = {
     "batch": 1, "beam": 3, "precision": "fp32", "opset": DEFAULT_OPSET, "exporter": "torchscript",
-    "samples": 8, "data": "", "out": "", "force": False, "target": "",
+    "samples": PARITY_SAMPLES, "data": "", "out": "", "force": False, "target": "",
     "frontend": "", "visual_weights": "", "image_size": 0,
 }
 
@@ -95,7 +98,7 @@ class ExportSettings:
     precision: str = "fp32"
     opset: int = DEFAULT_OPSET
     exporter: str = "torchscript"
-    samples: int = 8
+    samples: int = PARITY_SAMPLES
     data: str = ""
     out: str = ""
     force: bool = False

@@ -41,6 +41,7 @@ from edgecap.models.decoding import CachedStepper, generate
 from edgecap.runtime.session import Bundle
 
 DATA_META_KEYS = ("data_dir", "data", "dataset")
+ONE_CAPTION_INPUTS = 4
 
 
 @dataclass
@@ -83,9 +84,15 @@ def _data_dir(path: Path, label: str, features: str = "") -> ParityData:
     karpathy = path / "dataset_coco.json"
     if not karpathy.is_file():
         raise EdgecapError(f"parity data {path}: no dataset_coco.json")
-    images = path / "images" if (path / "images").is_dir() else path
+    images = _data_dir_images(path)
     h5 = Path(features) if features else path / "features.h5"
     return ParityData(karpathy, images, h5, label)
+
+
+def _data_dir_images(folder: Path) -> Path | None:
+    if (folder / "images").is_dir():
+        return folder / "images"
+    return folder if folder.is_dir() else None
 
 
 def find_parity_data(data: str = "", meta: dict | None = None,
@@ -110,7 +117,9 @@ def find_parity_data(data: str = "", meta: dict | None = None,
     at = partial(from_run_start, started_in=meta.get("train_cwd"))
     if train.get("karpathy") and not synth:
         karpathy = at(train["karpathy"])
-        images = at(train["images"]) if train.get("images") else None
+        # a run on cached features names no images; an export that attaches the front end
+        # needs them: those beside dataset_coco.json, as `--data DIR` would take them
+        images = at(train["images"]) if train.get("images") else _data_dir_images(karpathy.parent)
         features = at(train["features"]) if train.get("features") else None
         if karpathy.is_file() and ((images and images.is_dir()) or (features and features.is_file())):
             return ParityData(karpathy, images, features, f"the training data {karpathy}"), None, []
@@ -310,10 +319,10 @@ def parity_gate(spec: ExportSpec, bundle: Bundle, inputs: ParityInputs, precisio
         "samples": n,
         "max_abs_delta": {role: deltas[role] for role in ("visual", "encoder", "decoder_step")
                           if role != "visual" or bundle.has_visual},
-        "tolerance": spec.tolerances(),
     }
     if bundle.has_visual:
         report["feature_scale"] = feature_scale
+    report.update(_criteria(spec.tolerances(), report, precision))
     for name, (ts, bs) in seqs.items():
         if name == "visual" and not bundle.has_visual:
             continue
@@ -340,16 +349,40 @@ def _cider(torch_seqs, bundle_seqs, refs, vocab, bundle) -> dict:
     scorer = CiderD(refs)
     cider_t, _ = scorer.score(cands_t, refs)
     cider_b, _ = scorer.score(cands_b, refs)
+    distinct = len(set(cands_t))
+    # "100% identical" means nothing when the model says the same thing to every input (with
+    # a few inputs that can be chance: flagged from ONE_CAPTION_INPUTS on)
     return {"cider_references": source, "cider_pytorch": float(cider_t), "cider_bundle": float(cider_b),
-            "cider_delta": float(cider_b - cider_t)}
+            "cider_delta": float(cider_b - cider_t), "distinct_captions": distinct,
+            "one_caption_for_all": distinct == 1 and len(cands_t) >= ONE_CAPTION_INPUTS}
 
 
-def allowed_delta(report: dict, role: str) -> float:
+def _criteria(tolerances: dict, report: dict, precision: str) -> dict:
+    """What the gate checked, as it checked it. fp32: each graph's tolerance as the spec states
+    it (`tolerance`, visual relative to the feature scale) and the absolute bound that rule
+    gives for these inputs (`tolerance_checked`, what `max_abs_delta` is compared with).
+    Reduced precision is not held to fp32's bounds: it records that it is reported, not gated."""
+    if precision != "fp32":
+        return {"criteria": f"{precision}: reported, not gated; caption agreement (greedy / beam identical) and "
+                            f"the CIDEr-D delta say what the precision costs"}
+    checked = {role: _allowed(tolerances, report, role) for role in report["max_abs_delta"]}
+    rule = "every caption token-identical; each max_abs_delta <= tolerance_checked"
+    if "visual" in checked:
+        rule += "; visual: tolerance.visual x max(1, feature_scale) (fp32 rounding grows with the features' magnitude)"
+    return {"criteria": rule, "tolerance": tolerances, "tolerance_checked": checked}
+
+
+def _allowed(tolerances: dict, report: dict, role: str) -> float:
     """The largest fp32 |delta| accepted for a graph. Visual features are compared relative to
     their magnitude once it exceeds 1 (a CNN's last feature map reaches tens): fp32 rounding
     through fifty layers is relative, so an absolute bound would fail a backbone for its scale."""
-    tol = report["tolerance"][role]
+    tol = tolerances[role]
     return tol * max(1.0, report.get("feature_scale", 1.0)) if role == "visual" else tol
+
+
+def allowed_delta(report: dict, role: str) -> float:
+    """The absolute bound an fp32 report's `role` was checked against."""
+    return report["tolerance_checked"][role]
 
 
 def _passed(report: dict, precision: str) -> bool:

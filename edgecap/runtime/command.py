@@ -505,6 +505,12 @@ def run(args) -> int:
     _check(settings)
     captioner = Captioner.from_bundle(settings.bundle, providers=settings.providers,
                                       threads=settings.threads, spin=settings.spin)
+    frontend = captioner.bundle.manifest.frontend or {}
+    if frontend.get("weights") == "random":
+        from edgecap.errors import random_front_end, warn
+
+        warn(random_front_end(frontend.get("backbone", "bundle's"), "its captions say nothing about the scene; "
+                              "export the bundle with --visual-weights FILE"))
     summary, error = execute(captioner, settings)
     if error:
         raise EdgecapError(error)

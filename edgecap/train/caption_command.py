@@ -50,6 +50,8 @@ def add_arguments(parser) -> None:
                         help="longest caption in tokens, 2..the checkpoint's (default: the checkpoint's)")
     parser.add_argument("--length-penalty", type=Number(0), default=0.0,
                         help="alpha of the GNMT length normalisation in beam search, >= 0 (default 0)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the model runs (default cpu; a COCO split at beam 5 wants cuda)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no line per image")
 
 
@@ -135,7 +137,9 @@ def run(args) -> int:
             raise EdgecapError("name images or folders to caption, or --split test|val for a split of the training data")
     elif args.images:
         raise EdgecapError(f"--split {args.split} captions the split's images; name no images besides it")
-    ckpt = load_checkpoint(args.checkpoint)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise EdgecapError("--device cuda: no CUDA device is available")
+    ckpt = load_checkpoint(args.checkpoint, args.device)
     model, vc = ckpt.model, ckpt.config.visual
     max_len = ckpt.config.max_len if args.max_len is None else args.max_len
     if not 2 <= max_len <= ckpt.config.max_len:
@@ -166,7 +170,7 @@ def run(args) -> int:
                     raise EdgecapError(f"cannot read image {exc}"
                                        + (f"; nothing written to {out}" if out else "")) from None
                 arrays.append(preprocess_as(image, vc.preprocessing()))
-            captions = caption_batch(ckpt, torch.from_numpy(np.stack(arrays)), options, retrieval)
+            captions = caption_batch(ckpt, torch.from_numpy(np.stack(arrays)).to(args.device), options, retrieval)
             for path, caption in zip(chunk, captions, strict=True):
                 results.append((path, caption))
                 if not args.quiet:
@@ -238,7 +242,7 @@ def caption_split(args, ckpt, options, retrieval, out: Path | None) -> int:
         bar.update(len(chunk))
 
     with bar:
-        captions = caption_images(ckpt.model, ckpt.vocab, source, items, options, args.batch, "cpu", retrieval, show)
+        captions = caption_images(ckpt.model, ckpt.vocab, source, items, options, args.batch, args.device, retrieval, show)
     print(f"{args.split} split: {len(items)} images, beam {options.beam_size}; CIDEr-D {ciderd(items, captions):.4f} "
           f"against the Karpathy tokens (the COCO evaluation's numbers: edgecap eval coco)")
     if out is not None:

@@ -24,7 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "them from there")
     parser.add_argument("--data", default=None, metavar="DIR",
                         help="train on this dataset folder instead of the config's data: dataset_coco.json "
-                             "plus images/ (as edgecap data synth writes) or features.h5")
+                             "plus images/ (as edgecap data synth writes) or, for a model that reads features, "
+                             "its HDF5 file (the config's file name, or the folder's only .h5 / .hdf5; "
+                             "--set data.features=FILE after --data names another)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="change one config value, dotted key, checked against the config's type "
                              "(e.g. --set schedule.epochs=3 --set model.memory.slots=8); repeatable")
@@ -98,7 +100,8 @@ def _next_step(ckpt: dict) -> str:
                 "features like the ones it trained on, not camera frames)")
     weights = "" if made.get("weights_sha256") == "random" else " --visual-weights WEIGHTS"
     return (f"next: edgecap export {path} --target cpu-ort-fp32 --frontend {shlex.quote(made['backbone'])}"
-            f"{weights} --data IMAGES_DIR   (the front end that made its features; images for the parity gate)")
+            f"{weights}   (the front end that made its features; the parity gate reads the images beside the "
+            f"training data's dataset_coco.json, or add --data DIR: a folder with dataset_coco.json and its images)")
 
 
 def report(summary: dict) -> list[str]:
@@ -114,6 +117,11 @@ def report(summary: dict) -> list[str]:
         lines.append(f"checkpoint: {ckpt['path']} (step {ckpt['step']}, {ckpt['phase']}, validation CIDEr-D "
                      f"{ckpt['val_cider_d']:.3f}; {how})")
         lines.append(_next_step(ckpt))
+        if not ckpt.get("takes_images", True) and summary.get("test_cider_d") is None:
+            path = shlex.quote(str(ckpt["path"]))
+            test = shlex.quote(str(Path(summary["out"]) / "test.json"))
+            lines.append(f"evaluate: edgecap caption {path} --split test --json {test}   (its features of the "
+                         f"test split, in PyTorch; then edgecap eval coco)")
     if summary.get("test_cider_d") is not None:
         captions = shlex.quote(str(Path(summary["out"]) / "test_captions.json"))
         lines.append(f"test split: CIDEr-D {summary['test_cider_d']:.3f} (best.pt, the validation beam); "

@@ -139,6 +139,7 @@ class RunSection:
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch intra-op threads, 0 = torch's default
     val_samples: int = 5  # validation captions echoed into metrics.jsonl
+    average_last: int = 0  # > 0: averaged.pt = mean weights of the final phase's last N epoch ends
     init_from: str = ""  # an edgecap checkpoint whose weights (and vocabulary) a new run starts from
     val_beam: int = 1  # beam of the validation that selects best.pt (and of train --test); M2 uses 5
 
@@ -371,6 +372,7 @@ def _validate(cfg: TrainConfig, where: str) -> None:
     _choice(cfg.run.device, ("auto", "cpu", "cuda"), f"{where}: [run].device")
     _positive(cfg.run.log_every, f"{where}: [run].log_every")
     _positive(cfg.run.val_beam, f"{where}: [run].val_beam")
+    _positive(cfg.run.average_last, f"{where}: [run].average_last", zero_ok=True)
     # The model section: build the config once so a bad preset / field fails now, not later.
     try:
         from edgecap.models.factory import check_parts
@@ -433,13 +435,15 @@ def load_config(path: str | os.PathLike, overrides: tuple[str, ...] | list[str] 
         return parse_config(data, source=str(path), text=text)
     from edgecap.train.overrides import apply_data_dir, apply_set
 
-    changes = []
+    changes, missing = [], None
     if data_dir is not None:
-        apply_data_dir(data, data_dir)
+        missing = apply_data_dir(data, data_dir)
         changes.append(f"--data {data_dir}")
     for assignment in overrides:
         apply_set(data, assignment)
         changes.append(f"--set {assignment}")
+    if missing and not (data.get("data") or {}).get("features"):
+        raise EdgecapError(missing)
     try:
         cfg = parse_config(data, source=str(path))
     except EdgecapError as exc:

@@ -12,6 +12,8 @@ Run directory (`--out`):
     best.pt             best validation CIDEr-D so far (any phase)
     best_xe.pt          best validation CIDEr-D of the XE phase (where SCST starts, as in M2)
     test_captions.json  --test: best.pt's captions of the test split (COCO results format)
+    epochs/, averaged.pt  [run].average_last = N: the last N epoch ends' weights per phase, and
+                        their mean at the end of the run (edgecap.train.averaging)
     data/               the synthetic world, when the config generates it
     index/              RA-Transformer: the retrieval index built with the frozen visual front end
 
@@ -29,6 +31,7 @@ wait at a barrier).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
@@ -59,7 +62,7 @@ from edgecap.io import (
 from edgecap.jsonio import read_json
 from edgecap.models.checkpoint import read_payload, save_checkpoint
 from edgecap.models.factory import build_from_config
-from edgecap.progress import progress_bar
+from edgecap.progress import bar_wanted, progress_bar
 from edgecap.train.config import TrainConfig, load_config, parse_config, to_toml
 from edgecap.train.metrics_log import MetricsLog, plot_curves
 from edgecap.train.process import (
@@ -86,8 +89,12 @@ READABLE_STATE_VERSIONS = (1, 2)
 # the files a run writes into --out (the module docstring describes each); its data/ and
 # index/ directories are guarded by their own kinds (edgecap.io), like any --out of theirs
 RUN_FILES = ("config.toml", "vocab.json", "metrics.jsonl", "curves.png", "last.pt", "last.state.pt", "best.pt",
-             "best_xe.pt", "summary.json", "test_captions.json")
+             "best_xe.pt", "summary.json", "test_captions.json", "averaged.pt", "epochs")
 PHASES = ("xe", "scst")
+RANK_AVERAGED = ("loss", "reward", "baseline")
+RESUME_FREE = frozenset({"run.out", "run.device", "run.threads"})  # where and how fast, not what
+# how long the phases run may change on resume (extend a finished run, stop one earlier)
+PHASE_LENGTHS = frozenset({"schedule.epochs", "schedule.patience", "scst.epochs", "scst.patience"})  # under DDP, logged as the mean over every rank
 
 
 # -- run state -----------------------------------------------------------------------------
@@ -155,6 +162,7 @@ class Trainer:
         self.resume, self.max_steps, self.progress = resume, max_steps, progress
         self.test = test  # score the test split with best.pt once the run is done
         self.restarted = False  # set when --out holds a same-config run that never saved
+        self._lengths_changed = None  # --resume with other phase lengths: the first one changed
         want = device or cfg.run.device
         if want == "auto":
             want = "cuda" if torch.cuda.is_available() else "cpu"
@@ -187,12 +195,14 @@ class Trainer:
             stored = self.out / "config.toml"
             if stored.is_file():
                 old = parse_config(_toml(stored), source=str(stored))
-                diff = _first_difference(old.to_dict(), self.written.to_dict(), ignore={"run.out", "run.device", "run.threads"})
+                diff = _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE | PHASE_LENGTHS)
                 if diff:
                     raise EdgecapError(
                         f"--resume: the config differs from the run's {stored} at {diff}; resume with --config {shlex.quote(str(stored))} "
-                        f"(it includes any --set / --data changes the run started with)"
+                        f"(it includes any --set / --data changes the run started with; only "
+                        f"{', '.join(sorted(PHASE_LENGTHS))} may change on resume)"
                     )
+                self._lengths_changed = _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE)
         elif last.is_file() or state.is_file():
             raise EdgecapError(
                 f"run directory {self.out} already holds a run (last.pt); pass --resume to continue it or choose another --out"
@@ -212,8 +222,7 @@ class Trainer:
         if stored.is_file():
             try:
                 old = parse_config(_toml(stored), source=str(stored))
-                same = not _first_difference(old.to_dict(), self.written.to_dict(),
-                                             ignore={"run.out", "run.device", "run.threads"})
+                same = not _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE)
             except EdgecapError:
                 same = False
         if not same:
@@ -228,7 +237,7 @@ class Trainer:
                 remove_orphans(self.out / name)
         cfg = self.cfg = self.written.with_paths_from(self.started_in)
         karpathy, images, features = prepare_data(cfg, self.out, self.progress and self.is_main)
-        self.karpathy = karpathy
+        self.karpathy, self.data_files = karpathy, (images, features)
         self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val", "test") if self.test
                                                     else ("train", "val"))
         if self.test and not self.splits.test:
@@ -370,13 +379,13 @@ class Trainer:
         if not self._logged(line):
             self.metrics.write(line)
         if self.is_main and self.progress and reason == "patience":
-            print(f"{phase}: validation CIDEr-D has not improved for {s.since_best} epochs (patience "
+            print(f"{phase}: validation CIDEr-D has not improved for {s.since_best} epoch{'s' * (s.since_best != 1)} (patience "
                   f"{self._patience(phase)}); best epoch {s.phase_best_epoch} ({s.phase_best:.3f})",
                   file=sys.stderr, flush=True)
 
     def _logged(self, line: dict) -> bool:
-        """Whether metrics.jsonl already ends with `line` (written before a kill that the save
-        at the same step survived)."""
+        """Whether metrics.jsonl already holds `line`: written at the step of the last save,
+        before a kill or a stop, it survives the resume's truncation and is not written twice."""
         return self.is_main and line in self.metrics.records()
 
     def _batch_size(self, phase: str) -> int:
@@ -458,7 +467,27 @@ class Trainer:
         self._pending_optimizer_state = saved.get("optimizer")
         self.metrics.truncate_after(self.state.step)
         self._repair_last(saved["meta"])
+        if self._lengths_changed:
+            self._new_phase_lengths()
         set_rng_state(saved["rng"][self.rank])
+
+    def _new_phase_lengths(self) -> None:
+        """--resume with other [schedule] / [scst] epochs or patience: the run goes on under
+        them (a finished run too, when they leave it more to do); XE's may not change once SCST
+        has started. config.toml then holds the changed config, which later resumes compare with."""
+        s, stored = self.state, self.out / "config.toml"
+        old = parse_config(_toml(stored), source=str(stored))
+        xe_changed = (old.schedule.epochs, old.schedule.patience) != (self.cfg.schedule.epochs, self.cfg.schedule.patience)
+        if s.phase == "scst" and self.cfg.scst.epochs == 0:
+            raise EdgecapError("--resume: the run is in SCST; [scst].epochs = 0 would take it back to XE "
+                               "(to stop it here, set [scst].patience or a smaller [scst].epochs)")
+        if xe_changed and s.phase == "scst":
+            raise EdgecapError(f"--resume: the run is in SCST, its XE phase is over; only [scst].epochs and "
+                               f"[scst].patience can change now ({self._lengths_changed})")
+        s.done = False
+        if self.is_main:
+            write_text_atomic(stored, self.written.text or to_toml(self.written.to_dict()))
+            print(f"edgecap: resuming with {self._lengths_changed}; {stored} updated", file=sys.stderr, flush=True)
 
     def _repair_last(self, meta: dict) -> None:
         """A kill after last.state.pt committed and before last.pt did leaves last.pt one save
@@ -581,10 +610,34 @@ class Trainer:
         if n:
             line = {"kind": "train", "phase": s.phase, "step": s.step, "epoch": s.epoch, "steps": n}
             line.update({k: v / n for k, v in acc.items()})
+            if self.world > 1:  # every rank's share of the batch, not rank 0's alone
+                line.update(self._mean_over_ranks({k: line[k] for k in RANK_AVERAGED if k in line}))
             line["lr"] = self.schedule(s.phase_step)
             line["steps_per_s"] = n / seconds if seconds > 0 else None
             self.metrics.write(line)
+            if self.is_main and self.progress and not bar_wanted():
+                self._progress_line(line)
         s.log_acc = {}
+
+    def _mean_over_ranks(self, values: dict) -> dict:
+        keys = sorted(values)
+        tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64,
+                              device=self.device if self.device.type == "cuda" else "cpu")
+        torch.distributed.all_reduce(tensor)
+        return {k: float(v) / self.world for k, v in zip(keys, tensor.tolist(), strict=True)}
+
+    def _progress_line(self, line: dict) -> None:
+        """Into a log file (no terminal, so no bar): one plain line per metrics line."""
+        s = self.state
+        per_epoch = self.sampler.batches_per_epoch()
+        parts = [f"{s.phase} epoch {s.epoch + (1 if s.batch else 0)}/{self._phase_epochs(s.phase)}",
+                 f"step {s.step} (batch {s.batch or per_epoch}/{per_epoch})", f"loss {line['loss']:.4f}"]
+        if "reward" in line:
+            parts.append(f"reward {line['reward']:.4f}")
+        parts.append(f"lr {line['lr']:.2e}")
+        if line.get("steps_per_s"):
+            parts.append(f"{line['steps_per_s']:.2f} steps/s")
+        print(", ".join(parts), file=sys.stderr, flush=True)
 
     # -- validation ----------------------------------------------------------------------
 
@@ -622,6 +675,11 @@ class Trainer:
             if s.phase == "xe" and score > s.best_xe:
                 s.best_xe, s.best_xe_epoch = score, s.epoch
                 self._save_model("best_xe.pt", score)
+            if self.cfg.run.average_last:
+                from edgecap.train.averaging import keep_epoch
+
+                keep_epoch(self.out, self.model, self.vocab, self._meta(score), s.phase, s.epoch,
+                           self.cfg.run.average_last)
             if self.bar is not None and self.progress:
                 self.bar.write(f"{s.phase} epoch {s.epoch}: validation CIDEr-D {score:.3f} (best {s.best:.3f})")
         if self.world > 1:
@@ -645,6 +703,9 @@ class Trainer:
             if self.state.done and not self.test:
                 return self.summary(stopped=False)
             if not self.state.done:
+                from edgecap.train.startup import announce
+
+                announce(self)
                 phases = self.phases()
                 start = phases.index(self.state.phase) if self.state.phase in phases else 0
                 for phase in phases[start:]:
@@ -653,6 +714,7 @@ class Trainer:
                     if stopped:
                         break
                 if not stopped:
+                    self._average()
                     self.state.done = True
                     self.save_last()
             if not stopped and self.test:
@@ -709,6 +771,33 @@ class Trainer:
         self._end_of_phase(phase)
         return False
 
+    @contextlib.contextmanager
+    def _weights(self, state_dict: dict):
+        """The model with other weights for the length of the block (then its own again)."""
+        own = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(state_dict)
+        try:
+            yield
+        finally:
+            self.model.load_state_dict(own)
+
+    def _average(self) -> None:
+        """[run].average_last: averaged.pt from the final phase's last epoch ends, validated."""
+        from edgecap.train.averaging import average_weights, epoch_files
+
+        n = self.cfg.run.average_last
+        files = epoch_files(self.out, self.state.phase)[-n:] if n else []
+        if not files or not self.is_main:
+            return
+        with self._weights(average_weights(files)):
+            score, captions = self.validate()
+            self._save_model("averaged.pt", score)
+        line = {"kind": "averaged", "phase": self.state.phase, "step": self.state.step,
+                "epochs": [f.stem for f in files], "cider_d": score, "beam": self.cfg.run.val_beam,
+                "samples": captions[: self.cfg.run.val_samples]}
+        if not self._logged(line):  # a kill before the run's final save repeats this
+            self.metrics.write(line)
+
     def score_test(self) -> None:
         """--test: best.pt's captions of the test split with the validation beam, into
         test_captions.json (COCO results, what `edgecap eval coco` reads) and metrics.jsonl."""
@@ -718,13 +807,8 @@ class Trainer:
         from edgecap.models.checkpoint import load_checkpoint
         from edgecap.train.split_captions import results
 
-        best = self.out / "best.pt"
-        weights = {k: v.clone() for k, v in self.model.state_dict().items()}
-        self.model.load_state_dict(load_checkpoint(best).model.state_dict())
-        try:
+        with self._weights(load_checkpoint(self.out / "best.pt").model.state_dict()):
             score, captions = self.validate(self.splits.test)
-        finally:
-            self.model.load_state_dict(weights)
         write_json_atomic(self.out / "test_captions.json", results(self.splits.test, captions))
         self.metrics.write({"kind": "test", "step": self.state.step, "checkpoint": "best.pt",
                             "beam": self.cfg.run.val_beam, "images": len(captions), "cider_d": score,
@@ -744,6 +828,8 @@ class Trainer:
                 "best_scst_val_cider_d": max(scst) if scst else None,
                 "last_val_cider_d": vals[-1]["cider_d"] if vals else None,
                 "karpathy": str(self.karpathy),
+                "averaged_val_cider_d": next((r["cider_d"] for r in reversed(self.metrics.records())
+                                              if r.get("kind") == "averaged"), None) if self.is_main else None,
                 "test_cider_d": next((r["cider_d"] for r in reversed(self.metrics.records()) if r.get("kind") == "test"),
                                      None) if self.is_main else None,
                 "model": self.model_cfg.name, "parameters": self.model.num_parameters(), "world_size": self.world,

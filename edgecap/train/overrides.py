@@ -153,10 +153,13 @@ def apply_set(data: dict, assignment: str) -> str:
     return key
 
 
-def apply_data_dir(data: dict, folder: str | Path) -> None:
+def apply_data_dir(data: dict, folder: str | Path) -> str | None:
     """Point the config's [data] at a dataset folder: dataset_coco.json plus images/ (the
-    `edgecap data synth` layout) or the image root itself, or features.h5 for a model that
-    reads precomputed features. Replaces any [data.synth] world."""
+    `edgecap data synth` layout) or the image root itself, or, for a model that reads
+    precomputed features, the HDF5 file in it: the one the config names if the folder has a
+    file of that name, else the folder's only .h5 / .hdf5 file. Replaces any [data.synth]
+    world. -> the error to give when no features file was chosen and no later
+    `--set data.features=FILE` names one (None when nothing is missing)."""
     from edgecap.models import preset_config
 
     folder = Path(folder)
@@ -173,14 +176,23 @@ def apply_data_dir(data: dict, folder: str | Path) -> None:
     model.pop("vocab_size", None)
     reads_features = preset_config(preset, **model).visual.kind == "features"
     section = data.setdefault("data", {})
+    named = section.get("features")
     for key in ("synth", "images", "features"):
         section.pop(key, None)
     section["karpathy"] = str(karpathy)
     if reads_features:
-        features = folder / "features.h5"
-        if not features.is_file():
-            raise EdgecapError(f"--data {folder}: the model reads precomputed features but there is no "
-                               f"{features} (edgecap features extract ... --out {shlex.quote(str(features))})")
-        section["features"] = str(features)
-    else:
-        section["images"] = str(folder / "images" if (folder / "images").is_dir() else folder)
+        same_name = folder / Path(str(named)).name if isinstance(named, str) and named else None
+        found = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".h5", ".hdf5") and p.is_file())
+        if same_name is not None and same_name.is_file():
+            section["features"] = str(same_name)
+        elif len(found) == 1:
+            section["features"] = str(found[0])
+        else:
+            what = (f"{len(found)} HDF5 files ({', '.join(p.name for p in found[:4])})" if found
+                    else "no .h5 / .hdf5 file")
+            example = shlex.quote(str(folder / "features.h5"))
+            return (f"--data {folder}: the model reads precomputed features and the folder holds {what}; "
+                    f"name the file with --set data.features=FILE (or: edgecap features extract ... --out {example})")
+        return None
+    section["images"] = str(folder / "images" if (folder / "images").is_dir() else folder)
+    return None
