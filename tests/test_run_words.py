@@ -11,13 +11,9 @@ pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    from tests._export_util import export, save_tiny
+    from tests._export_util import cnn_bundle
 
-    root = tmp_path_factory.mktemp("words")
-    ckpt = save_tiny(root / "tiny.pt", "smart", visual={"kind": "cnn", "image_size": 16, "channels": [8, 24]},
-                     n_regions=16)
-    export(ckpt, root / "bundle")
-    return root / "bundle"
+    return cnn_bundle(tmp_path_factory.mktemp("words"))
 
 
 @pytest.fixture(scope="module")

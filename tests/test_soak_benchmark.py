@@ -16,12 +16,9 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="
 def test_soak_benchmark_reports_growth_per_10k_frames_for_both_modes(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("spacy")
-    from tests._export_util import export, save_tiny
+    from tests._export_util import cnn_bundle
 
-    visual = {"kind": "cnn", "image_size": 16, "channels": [8, 24]}
-    ckpt = save_tiny(tmp_path / "tiny.pt", "smart", visual=visual, n_regions=16)
-    bundle = tmp_path / "bundle"
-    export(ckpt, bundle)
+    bundle = cnn_bundle(tmp_path)
     out = tmp_path / "soak"
     run = subprocess.run([sys.executable, f"{REPO}/benchmarks/soak.py", "--bundle", str(bundle), "--quick",
                           "--size", "32", "--out", str(out)], capture_output=True, text=True, timeout=600)
