@@ -52,3 +52,9 @@ def export(checkpoint: Path, out: Path, **options):
     settings = resolve_settings({"engine": "onnx", "batch": BATCH, "beam": BEAM, "samples": SAMPLES,
                                  "out": str(out), **options})
     return export_bundle(checkpoint, settings, progress=False)
+
+
+def cnn_bundle(root: Path) -> Path:
+    """root/bundle: a tiny SMArT with the small CNN front end (camera frames in), batch 2, beam 2."""
+    export(save_tiny(root / "tiny.pt", "smart", **CNN), root / "bundle")
+    return root / "bundle"

@@ -13,16 +13,14 @@ torch = pytest.importorskip("torch")
 
 from edgecap.runtime.manifest import ManifestError  # noqa: E402
 from edgecap.runtime.session import Bundle  # noqa: E402
-from tests._export_util import export, save_tiny  # noqa: E402
+from tests._export_util import cnn_bundle  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def bundle_dir(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("vocab")
-    return export(save_tiny(root / "smart.pt", "smart", visual={"kind": "cnn", "image_size": 16,
-                                                                 "channels": [8, 24]}, n_regions=16),
-                  root / "bundle").path
+    return cnn_bundle(root)
 
 
 @pytest.mark.parametrize("change", [-3, 2], ids=["shorter", "longer"])

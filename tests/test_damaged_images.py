@@ -58,13 +58,9 @@ def test_opencv_reads_the_cut_jpeg_as_if_whole(tmp_path):
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     pytest.importorskip("torch")
-    from tests._export_util import export, save_tiny
+    from tests._export_util import cnn_bundle
 
-    root = tmp_path_factory.mktemp("damaged")
-    ckpt = save_tiny(root / "tiny.pt", "smart", visual={"kind": "cnn", "image_size": 16, "channels": [8, 24]},
-                     n_regions=16)
-    export(ckpt, root / "bundle")
-    return root / "bundle"
+    return cnn_bundle(tmp_path_factory.mktemp("damaged"))
 
 
 def test_run_names_and_counts_a_cut_jpeg_and_a_symlink_loop(bundle, tmp_path, run_cli):
@@ -90,10 +86,9 @@ def test_run_names_and_counts_a_cut_jpeg_and_a_symlink_loop(bundle, tmp_path, ru
 
 def test_caption_refuses_a_cut_jpeg_in_one_line(tmp_path, run_cli):
     pytest.importorskip("torch")
-    from tests._export_util import save_tiny
+    from tests._export_util import CNN, save_tiny
 
-    ckpt = save_tiny(tmp_path / "tiny.pt", "smart", visual={"kind": "cnn", "image_size": 16, "channels": [8, 24]},
-                     n_regions=16)
+    ckpt = save_tiny(tmp_path / "tiny.pt", "smart", **CNN)
     data = _jpeg_by_opencv()
     (tmp_path / "half.jpg").write_bytes(data[: len(data) // 2])
     code, _, err = run_cli("caption", ckpt, tmp_path / "half.jpg", "--quiet")

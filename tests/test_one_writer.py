@@ -19,13 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    from tests._export_util import export, save_tiny
+    from tests._export_util import cnn_bundle
 
-    root = tmp_path_factory.mktemp("writer")
-    ckpt = save_tiny(root / "tiny.pt", "smart", visual={"kind": "cnn", "image_size": 16, "channels": [8, 24]},
-                     n_regions=16)
-    export(ckpt, root / "bundle")
-    return root / "bundle"
+    return cnn_bundle(tmp_path_factory.mktemp("writer"))
 
 
 def _edgecap(*argv) -> list[str]:

@@ -16,7 +16,7 @@ import numpy as np
 from edgecap.contract.beam import DecodeOptions
 from edgecap.errors import EdgecapError
 from edgecap.export import compat
-from edgecap.io import BUNDLE, atomic_dir
+from edgecap.io import BUNDLE, KINDS, atomic_dir
 from edgecap.runtime.engines import tensorrt_module
 from edgecap.runtime.manifest import MANIFEST_NAME, Manifest, load_manifest
 
@@ -92,10 +92,23 @@ def rebuilt_precision(bundle_dir: Path, graphs: list[dict], asked: str) -> str:
     return next((p for p in ("int8", "fp16") if p in held), "fp32")
 
 
+def _require_bundle(directory: Path) -> None:
+    """A directory given to export is a bundle whose engines to rebuild, or it is refused
+    saying what it is (another edgecap directory, or anything else)."""
+    if BUNDLE.owns(directory):
+        return
+    other = next((kind for kind in KINDS if kind.owns(directory)), None)
+    what = (f"an edgecap {other.what}, not a bundle" if other else
+            f"a directory, not an edgecap bundle (no {BUNDLE.marker} of ours)")
+    raise EdgecapError(f"{directory} is {what}; export takes a checkpoint file (.pt), or a bundle to rebuild "
+                       "its TensorRT engines")
+
+
 def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
     from edgecap.export.bundle import ExportResult, _graph_entry, _write_manifest
     from edgecap.export.tensorrt import build_engine, engine_name
 
+    _require_bundle(bundle_dir)
     if settings.engine != "trt":
         raise EdgecapError(f"{bundle_dir} is a bundle: only its TensorRT engines can be rebuilt (--engine trt)")
     manifest = load_manifest(bundle_dir)

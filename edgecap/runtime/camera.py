@@ -141,7 +141,12 @@ class FrameGrabber:
             self._thread.join(timeout)
         with self._cond:
             if self._slot is not None:
-                self.stats.dropped += 1
+                if self.pace == "every":
+                    # read ahead while the last caption was made; the run ended before it was
+                    # due, so it was never part of it: neither captured nor dropped
+                    self.stats.captured -= 1
+                else:
+                    self.stats.dropped += 1
                 self._slot = None
             self._ended = True
         if self._thread.is_alive():

@@ -88,7 +88,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--frames", type=COUNT, default=None, metavar="N",
                         help="stop after N captions")
     parser.add_argument("--jsonl", default=None, metavar="FILE",
-                        help="write one JSON record per caption (and FILE.summary.json at exit)")
+                        help="write one JSON record per caption (and the summary at exit: r.jsonl -> r.summary.json)")
     parser.add_argument("--append", action="store_true", default=None,
                         help="add to an existing --jsonl FILE instead of replacing it; each run "
                              "opens with a {\"kind\": \"run_start\"} line and ends with a "

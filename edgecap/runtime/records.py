@@ -30,6 +30,7 @@ from edgecap import __version__
 
 from .camera import Frame, GrabberStats
 from .captioner import STAGES, Caption
+from .histogram import LogHistogram
 
 # `kind` of the lines that are not captions: with --append each run opens with RUN_START and
 # closes with RUN_END (its summary); readers skip both
@@ -180,10 +181,6 @@ def coverage_rule(area: str) -> str:
     return f"{area} area > threshold"
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    return float(np.percentile(np.asarray(values, np.float64), q)) if values else None
-
-
 @dataclass
 class Summary:
     """What a run did, printed at exit (and written beside the JSONL)."""
@@ -193,8 +190,11 @@ class Summary:
     first_caption: float | None = None
     last_caption: float | None = None
     captioned: int = 0
-    latencies: list[float] = field(default_factory=list)
-    coverage: dict[str, list[float]] = field(default_factory=dict)
+    # bounded whatever the run's length (a robot runs for weeks): latencies in a histogram,
+    # coverage as running sums and counts per threshold
+    latencies: LogHistogram = field(default_factory=LogHistogram)
+    coverage_sums: dict[str, float] = field(default_factory=dict)
+    coverage_counts: dict[str, int] = field(default_factory=dict)
     beams: dict[int, int] = field(default_factory=dict)
     grabber: GrabberStats | None = None
     stopped_by: str = "end of source"
@@ -204,14 +204,15 @@ class Summary:
 
     def add(self, record: Record) -> None:
         self.captioned += 1
-        self.latencies.append(record.capture_to_caption_ms)
+        self.latencies.add(record.capture_to_caption_ms)
         if self.first_caption is None:
             self.first_caption = record.t_done
         self.last_caption = record.t_done
         self.beams[record.caption.beam] = self.beams.get(record.caption.beam, 0) + 1
         for key, value in (record.coverage or {}).items():
             if value is not None:
-                self.coverage.setdefault(key, []).append(value)
+                self.coverage_sums[key] = self.coverage_sums.get(key, 0.0) + value
+                self.coverage_counts[key] = self.coverage_counts.get(key, 0) + 1
 
     @property
     def fps(self) -> float | None:
@@ -233,12 +234,12 @@ class Summary:
             "reopens": g.reopens,
             "fps": None if self.fps is None else round(self.fps, 3),
             "capture_to_caption_ms": {
-                f"p{q}": (None if (v := percentile(self.latencies, q)) is None else round(v, 3))
+                f"p{q}": (None if (v := self.latencies.percentile(q)) is None else round(v, 3))
                 for q in (50, 95, 99)},
             "beams": {str(k): v for k, v in sorted(self.beams.items())},
             "beam_changes": self.beam_changes,
-            "coverage_mean": {k: round(float(np.mean(v)), 6) for k, v in self.coverage.items()},
-            "coverage_frames": {k: len(v) for k, v in self.coverage.items()},
+            "coverage_mean": {k: round(self.coverage_sums[k] / n, 6) for k, n in self.coverage_counts.items()},
+            "coverage_frames": dict(self.coverage_counts),
             "coverage_rule": coverage_rule(self.coverage_area),
             **({"detections": self.detections} if self.detections is not None else {}),
         }

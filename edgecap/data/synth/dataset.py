@@ -21,6 +21,7 @@ from edgecap.errors import EdgecapError, require
 from edgecap.io import SYNTHETIC_WORLD, atomic_dir, check_replaceable, probe_writable
 from edgecap.progress import progress_bar
 
+from .budget import check_budget
 from .grammar import captions
 from .scene import render, sample_scene
 from .world import TabletopWorld, rng_for
@@ -72,6 +73,7 @@ def generate_dataset(out, n_images: int, seed: int = 0, size: int = 128, sequenc
     """Write the synthetic dataset to `out`; returns a summary (counts, paths)."""
     video_size = size if video_size is None else video_size
     _check(n_images, seed, size, sequences, frames_per_sequence, video_frames, video_size, image_format)
+    check_budget(n_images, size, sequences, frames_per_sequence, video_frames, video_size, image_format)
     if mcap and not video_frames:
         raise EdgecapError("--mcap writes the video clip as a log; it needs --video-frames > 0")
     if mcap:  # before any rendering: a missing extra is a one-line message now, not later

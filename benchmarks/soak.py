@@ -1,0 +1,183 @@
+"""Soak: resident memory of `edgecap run` over many frames, with and without coverage.
+
+    python benchmarks/soak.py [--checkpoint CKPT | --bundle DIR] [--frames 20000]
+        [--warmup 2000] [--size 64] [--beam 1] [--out DIR] [--quick]
+
+Runs `edgecap run BUNDLE --source synth://tabletop --pace every --frames N --jsonl FILE` as a
+subprocess, as on a robot, once with coverage (the synthetic world's ground-truth objects,
+spaCy nouns and the per-caption cache) and once with `--no-coverage`. While it runs, the
+process's resident set size (VmRSS in /proc/PID/status) is sampled with the number of records
+its JSONL holds. After the warm-up frames (imports, onnxruntime arenas, spaCy's first parses)
+the growth is the least-squares slope of RSS against frames, reported in bytes per frame, kB
+per 10k frames and MB per 100k frames, and plotted (`soak.png`). Goal with coverage on: under
+1 MB per 100k frames. Not a timed test: one run measures one machine; Linux only (/proc).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import REPO, host_info, print_table, save_png, write_csv, write_json  # noqa: E402
+
+from edgecap.argtypes import BEAM, COUNT, IMAGE_SIDE, POSITIVE, Integer, Parser  # noqa: E402
+
+GOAL_MB_PER_100K = 1.0
+
+
+def parse_args(argv=None):
+    p = Parser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", default=None, help="export this checkpoint (default: the demo model)")
+    p.add_argument("--bundle", default=None, help="use an existing bundle instead of exporting")
+    p.add_argument("--frames", type=COUNT, default=20000, help="captions per run")
+    p.add_argument("--warmup", type=Integer(0), default=2000, help="frames left out of the growth fit")
+    p.add_argument("--size", type=IMAGE_SIDE, default=64, help="side of the synthetic world's frames")
+    p.add_argument("--beam", type=BEAM, default=1)
+    p.add_argument("--interval", type=POSITIVE, default=0.25, help="seconds between RSS samples")
+    p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "soak"))
+    p.add_argument("--quick", action="store_true", help="a few hundred frames (tests)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.frames, args.warmup, args.interval = min(args.frames, 240), min(args.warmup, 60), 0.05
+    if args.warmup >= args.frames:
+        p.error(f"--warmup {args.warmup} leaves nothing to measure of --frames {args.frames}")
+    return args
+
+
+def make_bundle(args, workdir: Path) -> Path:
+    if args.bundle:
+        return Path(args.bundle)
+    from edgecap.export.demo_command import demo_checkpoint, ensure_bundle
+
+    checkpoint = Path(args.checkpoint) if args.checkpoint else demo_checkpoint()
+    return ensure_bundle(checkpoint, workdir / "export", beam=args.beam, log=lambda msg: print(msg, flush=True))
+
+
+def rss_bytes(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class LineCounter:
+    """Newlines in a file that another process appends to, read incrementally."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.lines = path, 0, 0
+
+    def count(self) -> int:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            return 0
+        self.offset += len(chunk)
+        self.lines += chunk.count(b"\n")
+        return self.lines
+
+
+def soak(bundle: Path, coverage: bool, args, workdir: Path) -> tuple[dict, list[dict]]:
+    """Run once; -> (row, samples)."""
+    label = "coverage" if coverage else "no coverage"
+    jsonl = workdir / f"soak-{'cov' if coverage else 'nocov'}.jsonl"
+    cmd = [sys.executable, "-m", "edgecap", "run", str(bundle), "--source", f"synth://tabletop?seed=3&size={args.size}",
+           "--pace", "every", "--frames", str(args.frames), "--beam", str(args.beam), "--jsonl", str(jsonl),
+           "--quiet", "--coverage" if coverage else "--no-coverage"]
+    counter, samples = LineCounter(jsonl), []
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None:
+        rss = rss_bytes(proc.pid)
+        if rss is not None:
+            samples.append({"mode": label, "seconds": round(time.monotonic() - started, 3),
+                            "frames": counter.count(), "rss_bytes": rss})
+        time.sleep(args.interval)
+    err = proc.stderr.read()
+    row = {"mode": label, "frames": args.frames, "warmup": args.warmup}
+    if proc.returncode != 0:
+        return {**row, "status": "failed", "reason": (err.strip().splitlines() or ["?"])[-1][:160]}, samples
+    return {**row, "status": "ok", **growth(samples, args.warmup, args.frames),
+            "seconds": round(time.monotonic() - started, 1)}, samples
+
+
+def growth(samples: list[dict], warmup: int, frames: int) -> dict:
+    """Least-squares slope of RSS against frames after `warmup` (one point per frame count: the
+    last sample taken at it), up to the last frame (after it the process writes its summary
+    and tears down, which is not growth)."""
+    import numpy as np
+
+    at = {s["frames"]: s["rss_bytes"] for s in samples if warmup < s["frames"] < frames}
+    if len(at) < 3:
+        return {"samples_fitted": len(at), "bytes_per_frame": None}
+    frames = np.array(sorted(at), float)
+    rss = np.array([at[f] for f in sorted(at)], float)
+    slope = float(np.polyfit(frames, rss, 1)[0])
+    return {"samples_fitted": len(at), "rss_after_warmup_mb": round(rss[0] / 1e6, 1),
+            "rss_end_mb": round(rss[-1] / 1e6, 1), "bytes_per_frame": round(slope, 1),
+            "kb_per_10k_frames": round(slope * 1e4 / 1e3, 1), "mb_per_100k_frames": round(slope * 1e5 / 1e6, 2)}
+
+
+def plot(samples: list[dict], rows: list[dict], warmup: int, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (whole, after) = plt.subplots(1, 2, figsize=(11, 4))
+    for row in rows:
+        mine = [s for s in samples if s["mode"] == row["mode"]]
+        whole.plot([s["frames"] for s in mine], [s["rss_bytes"] / 1e6 for s in mine], label=row["mode"])
+        measured = [s for s in mine if warmup < s["frames"] < row["frames"]]
+        if measured and row.get("bytes_per_frame") is not None:
+            base = measured[0]["rss_bytes"]
+            after.plot([s["frames"] for s in measured], [(s["rss_bytes"] - base) / 1e6 for s in measured],
+                       label=f"{row['mode']}: {row['kb_per_10k_frames']:g} kB / 10k frames")
+    whole.axvline(warmup, color="grey", linestyle=":", label="end of warm-up")
+    whole.set(xlabel="frames captioned", ylabel="resident memory (MB)", title="the whole run")
+    after.set(xlabel="frames captioned", ylabel="growth since warm-up (MB)", title="after warm-up (the fitted part)")
+    for ax in (whole, after):
+        ax.legend(loc="best", fontsize=8)
+    fig.suptitle("edgecap run: resident memory over a long run")
+    return save_png(fig, path)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, samples = [], []
+    with tempfile.TemporaryDirectory(prefix="edgecap-soak-") as tmp:
+        bundle = make_bundle(args, Path(tmp))
+        for coverage in (True, False):
+            row, seen = soak(bundle, coverage, args, Path(tmp))
+            rows.append(row)
+            samples += seen
+    print_table(rows, [("status", "status", ""), ("mode", "mode", ""), ("frames", "frames", "d"),
+                       ("rss_after_warmup_mb", "RSS after warm-up MB", ".1f"), ("rss_end_mb", "RSS end MB", ".1f"),
+                       ("bytes_per_frame", "B / frame", ".1f"), ("kb_per_10k_frames", "kB / 10k frames", ".1f"),
+                       ("mb_per_100k_frames", "MB / 100k frames", ".2f")])
+    with_coverage = rows[0]
+    if with_coverage.get("mb_per_100k_frames") is not None:
+        verdict = "meets" if with_coverage["mb_per_100k_frames"] < GOAL_MB_PER_100K else "misses"
+        print(f"with coverage: {with_coverage['mb_per_100k_frames']:.2f} MB per 100k frames after warm-up; "
+              f"{verdict} the goal of < {GOAL_MB_PER_100K:g} MB")
+    write_json(out / "soak.json", {"host": host_info(), "args": vars(args), "goal_mb_per_100k": GOAL_MB_PER_100K,
+                                   "rows": rows})
+    write_csv(out / "soak_samples.csv", samples)
+    plot(samples, rows, args.warmup, out / "soak.png")
+    print(f"wrote {out / 'soak.json'}, {out / 'soak.png'}")
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
