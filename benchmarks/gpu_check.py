@@ -20,10 +20,12 @@ matplotlib and edgecap on PYTHONPATH; no data on disk, no network (docs/gpu.md).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,8 @@ CPU = "CPUExecutionProvider"
 
 def parse_args(argv=None):
     p = Parser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="folder for gpu_check.json / .md / .png (and the exported bundles)")
+    p.add_argument("--out", required=True, help="folder for gpu_check.json / .md / .png")
+    p.add_argument("--workdir", help="keep the exported bundles here (default: a temporary folder, removed at the end)")
     p.add_argument("--bundle", action="append", default=[],
                    help="run this exported onnxruntime bundle instead of exporting (repeatable)")
     p.add_argument("--models", default=",".join(MODELS), help=f"models to export: {', '.join(MODELS)}")
@@ -272,6 +275,8 @@ def check_bundle(label: str, path: Path, device: Device, precision: str, args, e
             "speedup": statistics.median(cpu_s) / statistics.median(dev_s),
             "bundle": str(path),
         })
+    if device.name == "cuda" and rows:  # the whole GPU's, this bundle's sessions open
+        rows[-1]["gpu_memory_used_mib"] = gpu_info().get("memory_used_mib")
     return rows
 
 
@@ -318,8 +323,6 @@ def run_tensorrt(args, device: Device, workdir: Path, deadline: float) -> tuple[
     """The demo at the first batch through TensorRT engines, when `tensorrt` imports."""
     import importlib.util
 
-    from edgecap.errors import EdgecapError
-
     if device.name != "cuda":
         return [], "not run (--device cpu)"
     if importlib.util.find_spec("tensorrt") is None:
@@ -332,8 +335,8 @@ def run_tensorrt(args, device: Device, workdir: Path, deadline: float) -> tuple[
         for precision in ("fp32", "fp16"):
             out = export_trt(DEMO, workdir / f"demo-trt-{precision}-b{batch}k{beam}", batch, beam, precision)
             rows += check_bundle("demo", out, device, precision, args, engine="tensorrt")
-    except (EdgecapError, ImportError, RuntimeError) as exc:
-        return rows, f"failed: {str(exc).strip().splitlines()[0][:200]}"
+    except Exception as exc:  # noqa: BLE001 (as in check(): reported, not fatal)
+        return rows, f"failed: {type(exc).__name__}: {first_line(exc)}"
     return rows, "ran"
 
 
@@ -416,39 +419,54 @@ def main(argv=None) -> int:
             out.mkdir(parents=True, exist_ok=True)
             write_json(out / "gpu_check.json", {"skipped": reason, "onnxruntime": ort.__version__})
             return EXIT_NO_GPU
-    from edgecap.errors import EdgecapError
+    with contextlib.ExitStack() as stack:
+        if args.workdir:
+            workdir = Path(args.workdir)
+            workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="edgecap-gpu-check-")))
+        return check(args, device, out, workdir, start)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def check(args, device: Device, out: Path, workdir: Path, start: float) -> int:
+    import onnxruntime as ort
+
     from edgecap.progress import progress_bar
 
-    workdir = out / "bundles"
-    workdir.mkdir(parents=True, exist_ok=True)
     deadline = start + args.budget
-    rows, skipped = [], []
-    todo = jobs(args, workdir)
-    for job in progress_bar(todo, desc="gpu_check", unit="setting"):
-        name = f"{job.label} {job.precision} batch {job.batch}"
-        if time.monotonic() > deadline:
-            skipped.append(f"{name}: time budget ({args.budget} s) spent")
-            continue
-        try:
-            rows += run_job(job, device, args, workdir)
-        except EdgecapError as exc:
-            skipped.append(f"{name}: {exc}")
-        print(f"gpu_check: {name} done at {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
-    trt_rows, trt_status = run_tensorrt(args, device, workdir, deadline)
     report = {
         "device": device.name, "gpu": gpu_info() if device.name == "cuda" else {"name": "CPU provider as the device"},
-        "onnxruntime": ort.__version__, "host": host_info(), "rows": rows + trt_rows, "tensorrt": trt_status,
-        "skipped": skipped, "seconds": time.monotonic() - start,
-        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "onnxruntime": ort.__version__, "host": host_info(), "rows": [], "tensorrt": "not run yet", "skipped": [],
+        "seconds": 0.0, "settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir")},
     }
+    for job in progress_bar(jobs(args, workdir), desc="gpu_check", unit="setting"):
+        name = f"{job.label} {job.precision} batch {job.batch}"
+        if time.monotonic() > deadline:
+            report["skipped"].append(f"{name}: time budget ({args.budget} s) spent")
+            continue
+        try:
+            report["rows"] += run_job(job, device, args, workdir)
+        except Exception as exc:  # noqa: BLE001 (one run on a lent machine: a failing setting is reported, the rest still run)
+            report["skipped"].append(f"{name}: {type(exc).__name__}: {first_line(exc)}")
+        report["seconds"] = time.monotonic() - start
+        write_outputs(report, out)  # what is measured so far survives a kill
+        print(f"gpu_check: {name} done at {report['seconds']:.0f} s", file=sys.stderr, flush=True)
+    trt_rows, report["tensorrt"] = run_tensorrt(args, device, workdir, deadline)
+    report["rows"] += trt_rows
+    report["seconds"] = time.monotonic() - start
     write_outputs(report, out)
     print(markdown(report))
-    fp32 = [r for r in rows if r["precision"] == "fp32"]
+    fp32 = [r for r in report["rows"] if r["precision"] == "fp32"]
     mismatched = [r for r in fp32 if r["identical"] < 1.0]
     verdict = "fp32 tokens identical to the CPU provider" if fp32 and not mismatched else (
         f"fp32 tokens differ from the CPU provider in {len(mismatched)} of {len(fp32)} settings" if fp32
         else "no fp32 setting ran")
-    print(f"gpu_check: {verdict}; {len(rows) + len(trt_rows)} settings in {time.monotonic() - start:.0f} s; "
+    print(f"gpu_check: {verdict}; {len(report['rows'])} settings in {report['seconds']:.0f} s; "
           f"results in {out}", flush=True)
     return 0
 

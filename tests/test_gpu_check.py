@@ -37,7 +37,7 @@ def test_no_gpu_prints_one_line_and_exits_0(tmp_path):
 
 def test_cpu_provider_as_device_runs_parity_and_timing(tmp_path):
     out = tmp_path / "gpu"
-    run = _run("--out", out, "--device", "cpu", "--quick", "--batches", "1", "--beams", "1,2", "--precisions",
+    run = _run("--out", out, "--workdir", tmp_path / "bundles", "--device", "cpu", "--quick", "--batches", "1", "--beams", "1,2", "--precisions",
                "fp32,tf32,fp16", "--repeats", "1", "--cpu-repeats", "1", "--warmup", "0", "--inputs", "1")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "gpu_check: fp32 tokens identical to the CPU provider" in run.stdout.splitlines()[-1]
@@ -52,13 +52,14 @@ def test_cpu_provider_as_device_runs_parity_and_timing(tmp_path):
     assert "| m2 | onnxruntime | fp16 | 1 | 2 |" in (out / "gpu_check.md").read_text()
     assert (out / "gpu_check.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # a bundle given is run as it is, nothing exported
-    bundle = next(p for p in (out / "bundles").iterdir() if p.name.startswith("m2-fp32"))
+    assert not (out / "bundles").exists()
+    bundle = next(p for p in (tmp_path / "bundles").iterdir() if p.name.startswith("m2-fp32"))
     run = _run("--out", tmp_path / "given", "--device", "cpu", "--bundle", bundle, "--beams", "2", "--repeats", "1",
                "--cpu-repeats", "1", "--inputs", "1")
     assert run.returncode == 0, run.stderr[-3000:]
     given = json.loads((tmp_path / "given" / "gpu_check.json").read_text())
     assert [(r["model"], r["beam"], r["identical"]) for r in given["rows"]] == [(bundle.name, 2, 1.0)]
-    assert not (tmp_path / "given" / "bundles").exists() or not any((tmp_path / "given" / "bundles").iterdir())
+    assert sorted(p.name for p in (tmp_path / "given").iterdir()) == ["gpu_check.json", "gpu_check.md", "gpu_check.png"]
 
 
 def test_providers_take_onnxruntime_options(tmp_path):
