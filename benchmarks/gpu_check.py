@@ -58,7 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=COUNT, default=20, help="timed captions per setting on the device")
     p.add_argument("--cpu-repeats", type=COUNT, default=3, help="timed captions per setting on the CPU provider")
     p.add_argument("--warmup", type=Integer(0), default=3)
-    p.add_argument("--budget", type=Integer(10), default=240,
+    p.add_argument("--budget", type=Integer(10), default=200,
                    help="seconds after which no new setting starts (the rest is reported as skipped)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: the CPU provider stands in for the GPU (tests the check without one)")
