@@ -167,6 +167,10 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
                                                          for k in ("index", "tokens")}}
         _write_manifest(tmp, data)
         np_batches = [tuple(x.numpy() for x in b) for b in inputs.batches]
+        if settings.calibration:  # said before the slow work: a folder that would go unused
+            from edgecap.export.front_int8 import check_calibration
+
+            check_calibration(settings.calibration, tmp / "visual.onnx")
 
         # 2. reduced precision: ONNX graphs rewritten in place. TensorRT builds strongly typed
         # engines from them at their own precision; only its calibrator builds int8 from fp32
@@ -180,13 +184,25 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
             from edgecap.export.calibration import record_feeds
 
             feeds = record_feeds(Bundle.load(tmp, providers=["CPUExecutionProvider"], engine="onnxruntime"), np_batches)
+        front_int8 = None  # the static-int8 front end's record (edgecap.export.front_int8)
         if onnx_precision != "fp32":
-            from edgecap.export.quantize import convert_fp16, graph_mode, quantize_int8
+            from edgecap.export.quantize import (
+                convert_fp16,
+                graph_mode,
+                is_convolutional,
+                quantize_int8,
+            )
 
             for entry in data["graphs"]:
                 path = tmp / entry["file"]
                 bar.set_postfix_str(f"{onnx_precision} {entry['role']}")
-                if onnx_precision == "fp16":
+                if entry["role"] == "visual" and onnx_precision == "int8" and not trt and is_convolutional(path):
+                    from edgecap.export.front_int8 import quantize_visual
+
+                    front_int8 = quantize_visual(path, spec, settings.calibration, inputs, np_batches, ckpt.meta,
+                                                 settings.beam)
+                    entry["precision"] = front_int8["precision"]
+                elif onnx_precision == "fp16":
                     entry["precision"] = convert_fp16(path, path)
                 else:
                     entry["precision"] = quantize_int8(path, path, graph_mode(onnx_quantize, entry["role"]),
@@ -221,6 +237,8 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
             parity[engine] = parity_gate(spec, bundle, inputs, precision, vocab)
             if precision == "int8":  # which int8: onnxruntime's quantization or TensorRT's int8 mode
                 parity[engine]["quantize"] = settings.int8_mode if engine == "tensorrt" else onnx_quantize
+            if front_int8 is not None and engine == "onnxruntime":
+                parity[engine]["front_end_int8"] = front_int8
             require_parity(parity[engine])
             bar.update()
         data["parity"] = parity

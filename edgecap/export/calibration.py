@@ -8,6 +8,8 @@ with no PyTorch in the loop.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from edgecap.contract.beam import DecodeOptions
@@ -52,3 +54,61 @@ def record_feeds(bundle: Bundle, batches: list[np.ndarray | tuple], limit: int =
     finally:
         bundle._graphs.update(original)
     return store
+
+
+# -- images for a front end's static int8 ------------------------------------------------------
+# frames of the synthetic world one scene apart (a scene lasts 60 frames at its 15 fps): the
+# default calibration and evaluation images, different scenes for each
+CALIBRATION_SEED, EVALUATION_SEED = 0, 1
+WORLD_SIZE = 320  # px: the preprocessing resizes (and crops) as for a camera frame
+
+
+def world_frames(count: int, seed: int) -> list[np.ndarray]:
+    from edgecap.data.synth import TabletopWorld
+
+    world = TabletopWorld(seed=seed, size=WORLD_SIZE)
+    return [world.render_frame(i * world.scene_frames)[0] for i in range(count)]
+
+
+def folder_frames(folder: str, count: int) -> list[np.ndarray]:
+    """Up to `count` images of `folder` (its own files, name order) as BGR uint8 frames."""
+    import cv2
+
+    from edgecap.errors import EdgecapError
+    from edgecap.runtime.sources import BadFrame, check_image, folder_images, no_images_reason
+
+    path = Path(folder)
+    if not path.is_dir():
+        raise EdgecapError(f"--calibration {folder}: not a directory (expected a folder of images)")
+    files = folder_images(path)
+    if not files:
+        raise EdgecapError(f"--calibration {folder}: {no_images_reason(path)}")
+    frames = []
+    for file in files[:count]:
+        try:
+            frames.append(check_image(cv2.imread(str(file), cv2.IMREAD_COLOR), str(file)))
+        except BadFrame as exc:
+            raise EdgecapError(f"--calibration: {exc}") from None
+    return frames
+
+
+def image_batches(frames: list[np.ndarray], preprocessing: dict, batch: int) -> list[np.ndarray]:
+    """Frames preprocessed as the bundle's manifest says, in batches of the graph's static
+    batch (the last one filled up with the first frames again)."""
+    from edgecap.contract.preprocess import preprocess_as
+
+    images = np.stack([preprocess_as(f, preprocessing) for f in frames])
+    short = -len(images) % batch
+    if short:
+        images = np.concatenate([images, images[np.arange(short) % len(images)]])
+    return [images[i:i + batch] for i in range(0, len(images), batch)]
+
+
+def calibration_images(folder: str, count: int, preprocessing: dict, batch: int) -> tuple[list[np.ndarray], str]:
+    """(batches of preprocessed images, where they came from): the user's folder, else the
+    synthetic world."""
+    if folder:
+        frames = folder_frames(folder, count)
+        return image_batches(frames, preprocessing, batch), f"{len(frames)} images of {folder}"
+    frames = world_frames(count, CALIBRATION_SEED)
+    return image_batches(frames, preprocessing, batch), f"{count} synthetic-world frames (seed {CALIBRATION_SEED})"

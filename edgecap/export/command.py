@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="dataset dir (dataset_coco.json + images/) for parity / calibration inputs "
                                        "(default: the data the checkpoint was trained on)")
     parser.add_argument("--quantize", help="onnx int8: dynamic | static | weight-only (default dynamic)")
+    parser.add_argument("--calibration", help="onnx int8: folder of images calibrating a convolutional front end's "
+                                              "static int8 (default: synthetic-world frames)")
     parser.add_argument("--workspace", type=SIZES["workspace"], help="trt: builder workspace limit in MiB (default 1024)")
     parser.add_argument("--timing-cache", dest="timing_cache", help="trt: timing cache file, reused across builds")
     parser.add_argument("--int8-mode", dest="int8_mode", help="trt int8: qdq (explicit) | calibrator (default qdq)")
@@ -44,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 OPTION_KEYS = ("engine", "target", "batch", "beam", "precision", "opset", "exporter", "samples", "data",
-               "quantize", "workspace", "timing_cache", "int8_mode", "frontend", "visual_weights", "image_size",
+               "quantize", "calibration", "workspace", "timing_cache", "int8_mode", "frontend", "visual_weights", "image_size",
                "out", "force")
 
 

@@ -51,7 +51,7 @@ FORMATS: dict[str, Format] = {
             runtime="onnxruntime",
             device="cpu, cuda (onnxruntime providers)",
             precisions=("fp32", "fp16", "int8"),
-            options=("quantize",),
+            options=("quantize", "calibration"),
             requires="onnxruntime",
             extra="train",
             defaults={"quantize": "dynamic"},
@@ -107,6 +107,7 @@ class ExportSettings:
     workspace: int = 1024  # MiB
     timing_cache: str = ""
     int8_mode: str = "qdq"
+    calibration: str = ""  # images calibrating a convolutional front end's static int8 ("" = synthetic world)
     frontend: str = ""  # attach this front end to a captioner trained on its cached features
     visual_weights: str = ""  # the front end's weights file ("" = its seeded random weights)
     image_size: int = 0  # the front end's input size (0 = the features' / weights' own)
@@ -202,7 +203,24 @@ def resolve_settings(cli: dict) -> ExportSettings:
     merged = {**BASE_DEFAULTS, **fmt.defaults, **preset, **cli, "engine": engine, "target": preset_name}
     settings = ExportSettings(**{k: v for k, v in merged.items() if k in {f.name for f in fields(ExportSettings)}})
     _validate(settings, fmt)
+    _refuse_int8_options(settings, preset_name, preset, cli)
     return settings
+
+
+INT8_OPTIONS = ("quantize", "calibration")  # options that mean something at --precision int8 only
+
+
+def _refuse_int8_options(s: ExportSettings, preset_name: str, preset: dict, cli: dict) -> None:
+    """An int8 option given for another precision would be ignored: refused instead. A preset's
+    int8 options are its own only while the command line keeps its precision."""
+    if s.precision == "int8":
+        return
+    preset_int8 = preset.get("precision") == "int8"
+    for key in INT8_OPTIONS:
+        if key in cli or (key in preset and not preset_int8 and "precision" not in cli):
+            where = "" if key in cli else f" (from target {preset_name!r})"
+            raise EdgecapError(f"{flag(key)} {getattr(s, key)}{where} applies to --precision int8, and this export is "
+                               f"{s.precision}: add --precision int8 or drop {flag(key)}")
 
 
 def _validate(s: ExportSettings, fmt: Format) -> None:
@@ -229,3 +247,5 @@ def _validate(s: ExportSettings, fmt: Format) -> None:
         raise EdgecapError(f"--image-size {s.image_size!r}: expected a positive integer")
     if s.data and not os.path.isdir(s.data):
         raise EdgecapError(f"--data {s.data}: not a directory")
+    if s.calibration and not os.path.isdir(s.calibration):
+        raise EdgecapError(f"--calibration {s.calibration}: not a directory (expected a folder of images)")

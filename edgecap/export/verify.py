@@ -233,6 +233,34 @@ def _max_delta(a, b) -> float:
     return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
 
 
+def feature_cosine(a, b, centre=None) -> float:
+    """Mean cosine similarity of the feature vectors (the last axis) of `a` and `b`, after
+    subtracting `centre` from both when given. Centred on the mean feature of a set of images,
+    it measures what tells those images apart: a random-weight backbone gives every image
+    nearly the same features, and their plain cosine is near 1 whatever the error."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if centre is not None:
+        a, b = a - centre, b - centre
+    a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return float(np.mean(np.einsum("ij,ij->i", a, b) / np.maximum(norms, 1e-30))) if a.size else 1.0
+
+
+@torch.no_grad()
+def caption_agreement(model, features: list[tuple], beam: int) -> float:
+    """The share of images whose best beam caption by the PyTorch model is the same on two
+    versions of their features: `features` holds (feats_a, mask_a, feats_b, mask_b) numpy
+    batches."""
+    options = DecodeOptions(beam_size=beam, max_len=model.cfg.max_len)
+    same = []
+    for feats_a, mask_a, feats_b, mask_b in features:
+        hyp_a = generate(model, torch.from_numpy(feats_a), torch.from_numpy(mask_a), options)
+        hyp_b = generate(model, torch.from_numpy(feats_b), torch.from_numpy(mask_b), options)
+        same += [x == y for x, y in zip(_sequences(hyp_a.tokens, hyp_a.lengths),
+                                        _sequences(hyp_b.tokens, hyp_b.lengths), strict=True)]
+    return float(np.mean(same)) if same else 1.0
+
+
 def _sequences(tokens: np.ndarray, lengths: np.ndarray) -> list[tuple[int, ...]]:
     best, lens = np.asarray(tokens)[:, 0], np.asarray(lengths)[:, 0]
     return [tuple(int(t) for t in row[: int(n)]) for row, n in zip(best, lens, strict=False)]
@@ -272,6 +300,7 @@ def parity_gate(spec: ExportSpec, bundle: Bundle, inputs: ParityInputs, precisio
     model, cfg = spec.model, spec.cfg
     k = bundle.beam_size
     deltas = {"visual": 0.0, "encoder": 0.0, "decoder_step": 0.0}
+    cosines = {"visual": [], "encoder": []}  # each graph's float outputs against PyTorch's (fp32)
     feature_scale = 0.0
     seqs = {"greedy": ([], []), "beam": ([], []), "visual": ([], [])}
     beam_options = DecodeOptions(beam_size=k, max_len=bundle.max_len)
@@ -286,9 +315,12 @@ def parity_gate(spec: ExportSpec, bundle: Bundle, inputs: ParityInputs, precisio
         cross_flat = _numpy(spec.flat_cross(cross_t))
         for a, b in zip(cross_flat, bundle.encode(*_numpy((feats_t, mask_t)), *extra_np), strict=True):
             deltas["encoder"] = max(deltas["encoder"], _max_delta(a, b))
+            if np.issubdtype(a.dtype, np.floating):
+                cosines["encoder"].append(feature_cosine(a, b))
         if bundle.has_visual:
             feats_b, mask_b = bundle.visual(front[0].numpy())
             deltas["visual"] = max(deltas["visual"], _max_delta(feats_t, feats_b), _max_delta(mask_t, mask_b))
+            cosines["visual"].append(feature_cosine(feats_t.numpy(), feats_b))
             feature_scale = max(feature_scale, float(feats_t.abs().max()))
             # the visual graph alone: its features through PyTorch's encoder and decoder
             hyp_v = generate(model, torch.from_numpy(feats_b), torch.from_numpy(mask_b), beam_options, **extra_kw)
@@ -320,6 +352,7 @@ def parity_gate(spec: ExportSpec, bundle: Bundle, inputs: ParityInputs, precisio
         "max_abs_delta": {role: deltas[role] for role in ("visual", "encoder", "decoder_step")
                           if role != "visual" or bundle.has_visual},
     }
+    report["feature_cosine"] = {role: min(c) for role, c in cosines.items() if c}  # the worst batch
     if bundle.has_visual:
         report["feature_scale"] = feature_scale
     report.update(_criteria(spec.tolerances(), report, precision))

@@ -36,9 +36,15 @@ def default_providers() -> list[str]:
     return [p for p in PREFERRED_PROVIDERS if p in available] or ["CPUExecutionProvider"]
 
 
-def check_providers(requested: list[str]) -> list[str]:
-    """Providers a user named: each must be one this onnxruntime build has, else a one-line
-    error. Nothing is silently dropped: asking for CUDA and getting CPU is a wrong robot."""
+def provider_name(provider) -> str:
+    """A provider as onnxruntime takes it: a name, or (name, {option: value})."""
+    return provider[0] if isinstance(provider, tuple) else provider
+
+
+def check_providers(requested: list) -> list:
+    """Providers a user named (names, or (name, options) pairs as onnxruntime takes them): each
+    must be one this onnxruntime build has, else a one-line error. Nothing is silently dropped:
+    asking for CUDA and getting CPU is a wrong robot."""
     import onnxruntime as ort
 
     from edgecap.errors import did_you_mean
@@ -46,7 +52,7 @@ def check_providers(requested: list[str]) -> list[str]:
     if not requested:
         raise EdgecapError("--providers is empty: name at least one onnxruntime execution provider")
     available = ort.get_available_providers()
-    for name in requested:
+    for name in map(provider_name, requested):
         if name in available:
             continue
         have = f"this onnxruntime {ort.__version__} has {', '.join(available)}"
@@ -118,7 +124,7 @@ def check_graph_io(session, entry: GraphEntry, path: Path) -> None:
 
 
 class OrtGraph:
-    def __init__(self, path: Path, entry: GraphEntry, providers: list[str] | None, threads: int = 0,
+    def __init__(self, path: Path, entry: GraphEntry, providers: list | None, threads: int = 0,
                  spin: bool = True):
         """providers: None picks the best installed (falling back, and saying so once);
         named ones must all start. threads: intra-op threads (0: onnxruntime's default, one
@@ -143,7 +149,7 @@ class OrtGraph:
         except Exception as exc:  # onnxruntime raises its own exception types
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise EdgecapError(f"onnxruntime cannot load {path}: {first[:200]}") from exc
-        dropped = [p for p in providers if p not in self.session.get_providers()]
+        dropped = [provider_name(p) for p in providers if provider_name(p) not in self.session.get_providers()]
         if dropped and explicit:
             raise EdgecapError(f"onnxruntime could not start {', '.join(dropped)} for {path.name} "
                                f"(installed, but no usable device or driver?); it would run on "
