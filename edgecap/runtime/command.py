@@ -28,7 +28,7 @@ from .records import summary_path
 
 @dataclass
 class RunSettings:
-    source: str
+    source: str | list[str]                       # several: one process captions every camera
     bundle: str | None = None
     beam: int | None = None
     max_fps: float | None = None
@@ -60,8 +60,8 @@ class RunSettings:
 # Config-file keys: RunSettings fields; these are paths, resolved against the config's folder
 # (a deployed config travels with its bundle; docs/runtime.md says why training configs differ).
 CONFIG_PATHS = ("bundle", "jsonl", "detections", "categories", "save_video", "out_mcap", "rerun")
-# ... and so is `source` when it names a file or folder (not a camera index or a URL)
-CONFIG_INPUTS = ("bundle", "detections", "categories", "source")
+# ... and so is `source` (each of them) when it names a file or folder (not a camera index or a URL)
+CONFIG_INPUTS = ("bundle", "detections", "categories")
 REPLAY_PACE = {"realtime": "native", "fast": "every"}
 
 
@@ -75,9 +75,11 @@ def add_arguments(parser) -> None:
                              "it (bundle, source, jsonl, ...) are relative to the config file's "
                              "folder, not to where edgecap runs (unlike a training config: "
                              "docs/runtime.md)")
-    parser.add_argument("--source", default=None,
+    parser.add_argument("--source", action="append", default=None,
                         help="camera index (0), video file, rtsp:// or http:// URL, image folder, "
-                             "ACVR sequence folder, or synth://tabletop[?seed=S&size=N&fps=F]")
+                             "ACVR sequence folder, or synth://tabletop[?seed=S&size=N&fps=F]; give "
+                             "--source several times to caption several cameras in one process, one "
+                             "frame of each per batch (export with --batch = the number of cameras)")
     parser.add_argument("--beam", type=BEAM, default=None,
                         help="beam size, 1..the bundle's (default: the bundle's)")
     parser.add_argument("--max-fps", type=POSITIVE, default=None, metavar="F",
@@ -155,12 +157,13 @@ def add_arguments(parser) -> None:
 def _toml_types(annotation: str):
     """The TOML value types a RunSettings field takes, from its annotation ("float | None": an
     integer or a float; a missing value is a missing key, never None)."""
-    return {"bool": bool, "int": int, "float": (int, float),
-            "list[str]": list}.get(annotation.removesuffix(" | None"), str)
+    return {"bool": bool, "int": int, "float": (int, float), "list[str]": list,
+            "str | list[str]": (str, list)}.get(annotation.removesuffix(" | None"), str)
 
 
 _TOML_KIND = {bool: "true or false", int: "an integer", (int, float): "a number",
-              list: 'a list of strings, e.g. ["CPUExecutionProvider"]'}
+              list: 'a list of strings, e.g. ["CPUExecutionProvider"]',
+              (str, list): 'a string in quotes or a list of them, e.g. ["0", "rtsp://rear/stream"]'}
 
 
 def read_config(path: str) -> dict:
@@ -186,15 +189,37 @@ def read_config(path: str) -> dict:
         if isinstance(value, bool) and expected is not bool or not isinstance(value, expected):
             raise EdgecapError(f"--config {path}: {key} = {value!r} has the wrong type: expected "
                                f"{_TOML_KIND.get(expected, 'a string in quotes')}")
-        if name in CONFIG_PATHS:
+        if name == "source":
+            written = value if isinstance(value, list) else [value]
+            if not written or not all(isinstance(v, str) for v in written):
+                raise EdgecapError(f"--config {path}: {key} = {value!r}: expected "
+                                   f"{_TOML_KIND[(str, list)]}")
+            value = [_config_source(path, v) for v in written]
+            value = value[0] if len(value) == 1 else value
+        elif name in CONFIG_PATHS:
             value = str((path.parent / Path(value).expanduser()).resolve())
-        elif name == "source" and _names_a_path(value) and not Path(value).expanduser().is_absolute():
-            # joined, not resolved: a camera's /dev/v4l/by-id link must stay the name reopened
-            value = os.path.abspath(path.parent / Path(value).expanduser())
         if name in CONFIG_INPUTS and _names_a_path(data[key]):
             _check_config_relative(path, key, data[key], value)
         out[name] = value
     return out
+
+
+def _config_source(config, written: str) -> str:
+    """A config's source: a relative file or folder is relative to the config's folder."""
+    from pathlib import Path
+
+    value = written
+    if _names_a_path(written) and not Path(written).expanduser().is_absolute():
+        # joined, not resolved: a camera's /dev/v4l/by-id link must stay the name reopened
+        value = os.path.abspath(config.parent / Path(written).expanduser())
+    if _names_a_path(written):
+        _check_config_relative(config, "source", written, value)
+    return value
+
+
+def source_list(source: str | list[str]) -> list[str]:
+    """RunSettings.source as a list (one or several cameras)."""
+    return list(source) if isinstance(source, (list, tuple)) else [source]
 
 
 def _names_a_path(source: str) -> bool:
@@ -231,6 +256,8 @@ def settings_from_args(args) -> RunSettings:
             merged[name] = value
     if args.providers:
         merged["providers"] = [p.strip() for p in args.providers.split(",") if p.strip()]
+    if isinstance(merged.get("source"), list) and len(merged["source"]) == 1:
+        merged["source"] = merged["source"][0]  # one camera: the single-source run, unchanged
     for needed, how in (("bundle", "BUNDLE"), ("source", "--source SRC")):
         if not merged.get(needed):
             raise EdgecapError(f"no {needed} given: pass {how} or put {needed} = ... in --config")
@@ -287,8 +314,8 @@ def _check_outputs_are_not_inputs(settings: RunSettings) -> None:
     outputs = {"--jsonl": settings.jsonl, "--save-video": settings.save_video}
     if settings.jsonl:
         outputs["the --jsonl summary"] = summary_path(settings.jsonl)
-    inputs = {"--source": settings.source, "--detections": settings.detections}
-    seen: list[tuple[str, str]] = [(flag, os.path.expanduser(p)) for flag, p in inputs.items()
+    inputs = [("--source", s) for s in source_list(settings.source)] + [("--detections", settings.detections)]
+    seen: list[tuple[str, str]] = [(flag, os.path.expanduser(p)) for flag, p in inputs
                                    if p and os.path.isfile(os.path.expanduser(p))]
     for flag, path in ((f, os.path.expanduser(p)) for f, p in outputs.items() if p):
         for other, other_path in seen:
@@ -331,6 +358,10 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     out = out or sys.stdout
     stop = stop or threading.Event()
     _check(settings)
+    if len(source_list(settings.source)) > 1:
+        from .multicam import execute_cameras
+
+        return execute_cameras(captioner, settings, source_list(settings.source), stop, out, sinks)
     if settings.batch > captioner.batch_size:
         raise EdgecapError(f"--batch {settings.batch} exceeds the bundle's static batch "
                            f"{captioner.batch_size} (export with --batch {settings.batch})")
@@ -497,7 +528,7 @@ def run(args) -> int:
     if error:
         raise EdgecapError(error)
     if summary.captioned == 0 and summary.stopped_by == "end of source":
-        skipped = summary.grabber.skipped if summary.grabber is not None else 0
+        skipped = summary.to_json()["frames_skipped"]
         raise EdgecapError(f"--source {summary.source} ended without a frame captioned "
                            f"({skipped} frame{'s' * (skipped != 1)} could not be decoded)")
     if settings.jsonl:
