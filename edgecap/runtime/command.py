@@ -44,6 +44,7 @@ class RunSettings:
     save_video: str | None = None
     latency_budget: float | None = None
     coverage: bool = True
+    coverage_load: str | None = None              # "wait" or "background"; None: background for live sources
     pace: str | None = None
     source_fps: float | None = None
     providers: list[str] | None = None
@@ -63,6 +64,7 @@ CONFIG_PATHS = ("bundle", "jsonl", "detections", "categories", "save_video", "ou
 # ... and so is `source` (each of them) when it names a file or folder (not a camera index or a URL)
 CONFIG_INPUTS = ("bundle", "detections", "categories")
 REPLAY_PACE = {"realtime": "native", "fast": "every"}
+COVERAGE_LOADS = ("wait", "background")
 
 
 def add_arguments(parser) -> None:
@@ -118,6 +120,11 @@ def add_arguments(parser) -> None:
                         help="lower the beam while capture-to-caption latency exceeds MS")
     parser.add_argument("--coverage", action=argparse.BooleanOptionalAction, default=None,
                         help="score object coverage when objects are known (default on)")
+    parser.add_argument("--coverage-load", choices=COVERAGE_LOADS, default=None,
+                        help="'wait': load the coverage scorer (spaCy, GloVe: seconds) before the first "
+                             "caption, so every caption is scored; 'background': caption at once and load it "
+                             "after the first caption, leaving the captions before it unscored (default: "
+                             "background for cameras and streams, wait for files, folders, synth and logs)")
     parser.add_argument("--area", choices=AREAS, default=None,
                         help="an object's coverage area: its bounding box (default, as edgecap eval "
                              "coverage and SMArT) or its mask pixels (ACVR num_pixels / mask, the "
@@ -265,6 +272,8 @@ def settings_from_args(args) -> RunSettings:
         raise EdgecapError("--append adds to the --jsonl file: pass --jsonl FILE too")
     if merged.get("pace") not in (None, "native", "every"):
         raise EdgecapError(f"pace = {merged['pace']!r}; expected native or every")
+    if merged.get("coverage_load") not in (None, *COVERAGE_LOADS):
+        raise EdgecapError(f"coverage_load = {merged['coverage_load']!r}; expected wait or background")
     if merged.get("area") not in (None, *AREAS):
         raise EdgecapError(f"area = {merged['area']!r}; expected {' or '.join(AREAS)}")
     if merged.get("category_base") not in (None, *CATEGORY_BASES):
@@ -335,6 +344,14 @@ def default_pace(source) -> str:
     return "every" if isinstance(source, (ACVRSource, FolderSource)) else "native"
 
 
+def coverage_in_background(settings: RunSettings, sources) -> bool:
+    """--coverage-load: as asked, else in the background when every source is live (a camera
+    or stream, whose first caption a restarted robot waits for)."""
+    if settings.coverage_load is not None:
+        return settings.coverage_load == "background"
+    return all(source.live for source in sources)
+
+
 def _log(msg: str) -> None:
     print(f"edgecap run: {msg}", file=sys.stderr, flush=True)
 
@@ -377,8 +394,8 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
 
         check_target(settings.rerun)
     knows_objects = detections is not None or isinstance(source, (ACVRSource, SynthSource))
-    coverage = CoverageAnnotator(settings.coverage and knows_objects,
-                                 log=lambda m: print(m, file=out, flush=True))
+    coverage = CoverageAnnotator(settings.coverage and knows_objects, log=lambda m: print(m, file=out, flush=True),
+                                 background=coverage_in_background(settings, [source]))
     summary = Summary(masked(settings.source), coverage_area=settings.area)  # a URL's password masked
     extra_sinks, sinks = list(sinks), []
     if not settings.quiet:
@@ -452,6 +469,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
                 summary.stopped_by = "signal"
         if detections is not None:  # before the --append run_end line is written
             summary.detections = detections.report()
+        summary.coverage_unscored = coverage.unscored
     print(summary.human(), file=out, flush=True)
     if detections is not None:
         _report_unmatched(detections, settings.detections)

@@ -48,7 +48,7 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     from edgecap.io import interrupt_delivered, stop_on_signals, write_json_atomic
 
     from .camera import FrameGrabber
-    from .command import _log, default_pace
+    from .command import _log, coverage_in_background, default_pace
     from .loop import Camera, LoopOptions, run_cameras
     from .records import RUN_END, JsonlWriter, Summary, run_start_record, summary_path
     from .scoring import CoverageAnnotator
@@ -60,8 +60,8 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     built = [make_source(s, fps=settings.source_fps, topic=settings.topic, area=settings.area)
              for s in sources]
     knows_objects = any(isinstance(s, (ACVRSource, SynthSource)) for s in built)
-    coverage = CoverageAnnotator(settings.coverage and knows_objects,
-                                 log=lambda m: print(m, file=out, flush=True))
+    coverage = CoverageAnnotator(settings.coverage and knows_objects, log=lambda m: print(m, file=out, flush=True),
+                                 background=coverage_in_background(settings, built))
     names = [masked(s) for s in sources]  # a URL's password masked
     summary = Summary(", ".join(names), coverage_area=settings.area, cameras=[])
     if len(sources) > captioner.batch_size:
@@ -106,6 +106,7 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
             except KeyboardInterrupt:  # a second signal: stop now, still summarise
                 interrupt_delivered()
                 summary.stopped_by = "signal"
+        summary.coverage_unscored = coverage.unscored
     print(summary.human(), file=out, flush=True)
     if settings.jsonl:
         write_json_atomic(summary_path(settings.jsonl), summary.to_json())

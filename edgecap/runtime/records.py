@@ -198,6 +198,7 @@ class Summary:
     camera: int | None = None                     # a camera's own summary: its --source position
     stalls: int = 0                               # times a camera published nothing for a while
     rounds: int = 0                               # several sources: batches captioned
+    coverage_unscored: int = 0                    # captions finished while the scorer was loading
 
     def add(self, record: Record) -> None:
         self.captioned += 1
@@ -238,6 +239,7 @@ class Summary:
             "coverage_mean": {k: round(float(np.mean(v)), 6) for k, v in self.coverage.items()},
             "coverage_frames": {k: len(v) for k, v in self.coverage.items()},
             "coverage_rule": coverage_rule(self.coverage_area),
+            **({"coverage_unscored": self.coverage_unscored} if self.coverage_unscored else {}),
             **({"detections": self.detections} if self.detections is not None else {}),
             **({"stalls": self.stalls} if self.camera is not None else {}),
             **({"rounds": self.rounds, "cameras": [c.to_json() for c in self.cameras]}
@@ -262,6 +264,9 @@ class Summary:
             cells = [f"{k} {100 * v:.1f} (n={s['coverage_frames'][k]})"
                      for k, v in s["coverage_mean"].items()]
             lines.append(f"  mean coverage ({s['coverage_rule']}): " + ", ".join(cells))
+        if s.get("coverage_unscored"):
+            lines.append(f"  {s['coverage_unscored']} captions not scored: finished while the coverage scorer "
+                         "was loading (--coverage-load background)")
         for cam in s.get("cameras", []):
             lat, cov = cam["capture_to_caption_ms"], cam["coverage_mean"].get(">1%")
             lines.append(f"  camera {cam['camera']} ({cam['source']}): {cam['frames_captioned']} captioned, "
