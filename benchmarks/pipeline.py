@@ -756,13 +756,7 @@ def main(argv=None) -> int:
     settings = {k: v for k, v in vars(args).items() if k not in ("child", "replot", "lock", "resume", "workdir")}
     report = {"host": host_info(), "settings": settings, "beam": BEAM, "frame": list(FRAME_SHAPE), "rows": [],
               "camera_rows": []}
-    rates = {}
-    if args.cameras:
-        with exclusive(args.lock):
-            rates = machine_rates(args)
-        if rates.get("status") != "ok":
-            raise SystemExit(f"measuring this machine's rates failed: {rates.get('reason')}")
-        report["rates"] = {"bandwidth_gb_s": rates["bandwidth"] / 1e9, "fp32_gflop_s": rates["flops"] / 1e9}
+    rates: dict = {}  # measured under the lock with the first group's timings
     done = previous_rows(out / "pipeline.json", settings) if args.resume else {}
     todo = configs(args)
     groups: dict[tuple[str, str], list[Config]] = {}
@@ -784,6 +778,12 @@ def main(argv=None) -> int:
                 bar.set_postfix_str(f"export {frontend}/{captioner}")
                 prepared = run_prepare(frontend, captioner, group, args, workdir)
                 with exclusive(args.lock):  # one wait per group, not per row, on a shared machine
+                    if args.cameras and not rates:
+                        rates = machine_rates(args)
+                        if rates.get("status") != "ok":
+                            raise SystemExit(f"measuring this machine's rates failed: {rates.get('reason')}")
+                        report["rates"] = {"bandwidth_gb_s": rates["bandwidth"] / 1e9,
+                                           "fp32_gflop_s": rates["flops"] / 1e9}
                     for cfg in group:
                         bar.set_postfix_str(cfg.key)
                         rows.append(measure_config(cfg, prepared, args))
