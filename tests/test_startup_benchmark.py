@@ -14,7 +14,7 @@ def test_startup_quick_times_the_first_caption_and_the_memory(tmp_path):
                           "--workdir", str(tmp_path / "work")], capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     rows = {r["coverage"].removesuffix(" (off: no edgecap[nlp])"): r for r in json.loads((out / "startup.json").read_text())["rows"]}
-    assert set(rows) == {"off", "on", "on, no torch"}
+    assert set(rows) == {"off", "on", "on, no torch", "background, no torch"}
     for row in rows.values():
         assert row["bundle"] == "demo" and row["runs"] == 1
         # the caption exists before the process ends, and the process is more than its interpreter
@@ -24,3 +24,6 @@ def test_startup_quick_times_the_first_caption_and_the_memory(tmp_path):
         assert steps > 0 and row["bundle_ms"] >= row["manifest_ms"] > 0
     assert rows["off"]["coverage_ms"] < rows["on"]["coverage_ms"] or rows["on"]["coverage"] != "on"
     assert "| demo | off |" in (out / "startup.md").read_text()
+    # loading the scorer in the background: the first caption goes out unscored, without waiting
+    assert rows["background, no torch"]["coverage_on"] is False
+    assert rows["on"]["coverage_on"] is True or rows["on"]["coverage"].endswith("(off: no edgecap[nlp])")
