@@ -1,4 +1,4 @@
-"""The runtime preprocesses straight into its batch buffer (contract.preprocess.preprocess_into):
+"""The runtime preprocesses straight into its batch buffer (contract.preprocess.preprocess, out=):
 the values must be exactly those of the plain formula, whatever the geometry or channel order."""
 
 import cv2

@@ -368,7 +368,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     from .camera import FrameGrabber
     from .loop import LoopOptions, run_loop
     from .overlay import VideoSink, Window
-    from .records import RUN_END, JsonlWriter, Summary, run_start_record
+    from .records import Summary
     from .scoring import CoverageAnnotator
     from .sources import ACVRSource, FolderSource, SynthSource, make_source, masked
 
@@ -436,12 +436,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         if detections is not None and detections.note:
             _log(f"--detections {settings.detections}: {detections.note}")
         if settings.jsonl:
-            jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
-            if settings.append:
-                jsonl.write(run_start_record(summary.source, settings.bundle, settings.area))
-                # registered after closing(): runs first, so the summary line precedes the close
-                closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
-            sinks.append(lambda r: jsonl.write(r.to_json()))
+            sinks.append(jsonl_sink(closing, settings, summary))
         if settings.out_mcap:
             from .mcap_sink import McapCaptionSink
 
@@ -476,6 +471,21 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     if settings.jsonl:
         write_json_atomic(summary_path(settings.jsonl), summary.to_json())
     return summary, (str(grabber.error) if grabber.error is not None else None)
+
+
+def jsonl_sink(closing, settings: RunSettings, summary):
+    """The --jsonl writer, closed by `closing` (an ExitStack), as a record sink; with --append
+    the run opens with a run_start line and closes with a run_end line holding `summary`."""
+    import contextlib
+
+    from .records import RUN_END, JsonlWriter, run_start_record
+
+    jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
+    if settings.append:
+        jsonl.write(run_start_record(summary.source, settings.bundle, settings.area))
+        # registered after closing(): runs first, so the summary line precedes the close
+        closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
+    return lambda record: jsonl.write(record.to_json())
 
 
 def _detections(settings: RunSettings):

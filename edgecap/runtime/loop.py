@@ -117,6 +117,19 @@ def _deliver(frames: list[Frame], captions, summaries, cameras: list[int | None]
         governor.update(record.capture_to_caption_ms)
 
 
+def _stop_reason(stop: threading.Event, options: LoopOptions, summary: Summary, period: float,
+                 next_take: float) -> str | None:
+    """Why the loop stops before its next take (None: it goes on); with --max-fps it first
+    waits for the take's time, a signal cutting the wait short."""
+    if stop.is_set():
+        return "signal"
+    if options.frames is not None and summary.captioned >= options.frames:
+        return f"--frames {options.frames}"
+    if period and stop.wait(max(0.0, next_take - time.monotonic())):
+        return "signal"
+    return None
+
+
 def run_loop(captioner: Captioner, grabber: FrameGrabber, summary: Summary,
              sinks: list[Callable[[Record], None]], options: LoopOptions,
              stop: threading.Event, annotate_objects=None, coverage=None,
@@ -131,12 +144,7 @@ def run_loop(captioner: Captioner, grabber: FrameGrabber, summary: Summary,
     next_take = time.monotonic()
     reason = None
     while reason is None:
-        if stop.is_set():
-            reason = "signal"
-        elif options.frames is not None and summary.captioned >= options.frames:
-            reason = f"--frames {options.frames}"
-        elif period and stop.wait(max(0.0, next_take - time.monotonic())):
-            reason = "signal"
+        reason = _stop_reason(stop, options, summary, period, next_take)
         if reason is not None:
             break
         want = options.batch
@@ -219,12 +227,7 @@ def run_cameras(captioner: Captioner, cameras: list[Camera], summary: Summary,
     reason, rounds = None, 0
     running = list(cameras)
     while reason is None:
-        if stop.is_set():
-            reason = "signal"
-        elif options.frames is not None and summary.captioned >= options.frames:
-            reason = f"--frames {options.frames}"
-        elif period and stop.wait(max(0.0, next_take - time.monotonic())):
-            reason = "signal"
+        reason = _stop_reason(stop, options, summary, period, next_take)
         if reason is not None:
             break
         want = len(running)

@@ -48,9 +48,9 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     from edgecap.io import interrupt_delivered, stop_on_signals, write_json_atomic
 
     from .camera import FrameGrabber
-    from .command import _log, coverage_in_background, default_pace
+    from .command import _log, coverage_in_background, default_pace, jsonl_sink
     from .loop import Camera, LoopOptions, run_cameras
-    from .records import RUN_END, JsonlWriter, Summary, run_start_record, summary_path
+    from .records import Summary, summary_path
     from .scoring import CoverageAnnotator
     from .sources import ACVRSource, SynthSource, make_source, masked
 
@@ -91,11 +91,7 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
             if getattr(source, "note", None):
                 _log(f"camera {index}: {source.note}")
         if settings.jsonl:
-            jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
-            if settings.append:
-                jsonl.write(run_start_record(summary.source, settings.bundle, settings.area))
-                closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
-            record_sinks.append(lambda r: jsonl.write(r.to_json()))
+            record_sinks.append(jsonl_sink(closing, settings, summary))
         record_sinks += list(sinks)
         with stop_on_signals(stop):
             for camera in cameras:
