@@ -346,7 +346,9 @@ def child_main(spec: str) -> int:
     if "rates" in job:
         from _roofline import matmul_throughput, memory_bandwidth
 
-        result = {"bandwidth": memory_bandwidth(threads=job["rates"]), "flops": matmul_throughput(threads=job["rates"])}
+        small = job.get("quick", False)  # a smoke test: small arrays, the rates roughly
+        result = {"bandwidth": memory_bandwidth(mbytes=32 if small else 256, repeats=2 if small else 5, threads=job["rates"]),
+                  "flops": matmul_throughput(n=256 if small else 1024, repeats=2 if small else 5, threads=job["rates"])}
         Path(job["result"]).write_text(json.dumps(result))
         return 0
     if job["backend"] != "torch":
@@ -572,7 +574,7 @@ def measure_config(cfg: Config, prepared: dict, args) -> dict:
 
 def machine_rates(args) -> dict:
     """Copy bandwidth (bytes/s) and fp32 matmul rate (FLOP/s) at --threads, measured here."""
-    return run_child({"rates": args.threads}, args.timeout)
+    return run_child({"rates": args.threads, "quick": args.quick}, args.timeout)
 
 
 def camera_bounds(cost: dict, rates: dict, backend: str, batches: int) -> dict:
