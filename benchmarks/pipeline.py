@@ -23,6 +23,16 @@ world whose objects are known, so coverage is scored as on the robot. Per row:
   something else was running: the row is slower than the configuration is);
 - the bundle's size on disk.
 
+With `--cameras 1,4` each bundle also runs the real multi-camera loop (edgecap.runtime.loop
+.run_cameras, as `edgecap run --source A --source B ...`) for `--seconds`: C cameras at
+`--camera-fps` (pre-rendered frames released on each camera's own clock, the cameras out of
+phase), each round one batch of the newest frame of every camera. Per row: captions/s and drops
+per camera, p50 / p99 capture-to-caption, and each stage of a round (preprocess, visual,
+encoder, decode, coverage, the loop's own time) against its lower bound on this machine
+(FLOPs at the measured fp32 matmul rate, bytes at the measured copy bandwidth; int8 weights
+count a quarter) and against the camera's frame period. Written to OUT/pipeline_cameras.md and
+the JSON's "camera_rows".
+
 Writes OUT/pipeline.{json,csv,md} and OUT/pipeline_stages_b{B}.png (stacked stage bars).
 `--quick` (the smallest front end at 64 px, one captioner at a small size, few frames) checks
 the script end to end in well under a minute.
@@ -91,6 +101,11 @@ def parse_args(argv=None):
     p.add_argument("--resume", action="store_true",
                    help="keep the rows OUT/pipeline.json already holds (same settings) and measure the rest; "
                         "rows outside this sweep stay too, so a sweep can run in parts")
+    p.add_argument("--cameras", type=ListOf(COUNT), default=None,
+                   help="also run the multi-camera loop (edgecap run --source x C) with C cameras, e.g. 1,4: "
+                        "one row per bundle (batch B) and C")
+    p.add_argument("--camera-fps", type=POSITIVE, default=15.0, help="frame rate of each --cameras camera")
+    p.add_argument("--seconds", type=POSITIVE, default=20.0, help="how long each --cameras row runs")
     p.add_argument("--child", help=argparse.SUPPRESS)  # JSON job: measure one configuration in this process
     args = p.parse_args(argv)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
@@ -104,6 +119,8 @@ def parse_args(argv=None):
         args.frontends, args.captioners = ["mobilenet_v3_large"], ["smart"]
         args.backends = [b for b in args.backends if b != "onnxruntime-int8"] or ["onnxruntime"]
         args.frames, args.warmup, args.image_size = min(args.frames, 3), 1, 64
+        args.seconds = min(args.seconds, 3.0)
+    args.cameras = args.cameras or []
     return args
 
 
@@ -322,15 +339,136 @@ def child_main(spec: str) -> int:
     job = json.loads(spec)
     if "prepare" in job:
         frontend, captioner, group = job["prepare"]
-        args = argparse.Namespace(quick=job["quick"], image_size=job["image_size"])
+        args = argparse.Namespace(quick=job["quick"], image_size=job["image_size"], cameras=job.get("cameras", []))
         result = prepare_group(frontend, captioner, [Config(**c) for c in group], args, Path(job["workdir"]))
+        Path(job["result"]).write_text(json.dumps(result))
+        return 0
+    if "rates" in job:
+        from _roofline import matmul_throughput, memory_bandwidth
+
+        small = job.get("quick", False)  # a smoke test: small arrays, the rates roughly
+        result = {"bandwidth": memory_bandwidth(mbytes=32 if small else 256, repeats=2 if small else 5, threads=job["rates"]),
+                  "flops": matmul_throughput(n=256 if small else 1024, repeats=2 if small else 5, threads=job["rates"])}
         Path(job["result"]).write_text(json.dumps(result))
         return 0
     if job["backend"] != "torch":
         sys.modules["torch"] = None  # the robot install: `import torch` fails, as without the package
-    result = measure(job)
+    result = measure_cameras(job) if "cameras" in job else measure(job)
     Path(job["result"]).write_text(json.dumps(result))
     return 0
+
+
+# -- several cameras, one process (edgecap.runtime.loop.run_cameras) ----------------------------
+class ReplayCamera:
+    """A camera of pre-rendered frames: the loop's FrameGrabber releases them at `fps` (pace
+    native), as a device would, starting `phase` seconds late so that cameras are out of step."""
+
+    live, timed = False, False
+
+    def __init__(self, pool: list[tuple], fps: float, phase: float, name: str):
+        self.pool, self.fps, self.phase, self.name = pool, fps, phase, name
+        self.position = 0
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def read(self):
+        import time
+
+        from edgecap.runtime.sources import Captured
+
+        if self.position == 0 and self.phase:
+            time.sleep(self.phase)
+        image, objects = self.pool[self.position % len(self.pool)]
+        self.position += 1
+        return Captured(image, self.position - 1, objects)
+
+
+class TimedCoverage:
+    """The run's CoverageAnnotator, timing each score (the coverage stage of a round)."""
+
+    def __init__(self, annotator):
+        self.annotator, self.ms = annotator, []
+
+    def score(self, caption, objects):
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            return self.annotator.score(caption, objects)
+        finally:
+            self.ms.append((time.perf_counter() - t0) * 1e3)
+
+
+def measure_cameras(job: dict) -> dict:
+    """`job["cameras"]` cameras through one bundle for `job["seconds"]`, as `edgecap run` with
+    several sources: -> per camera and per round figures (the first second left out)."""
+    import threading
+    import time
+
+    from edgecap.runtime.camera import FrameGrabber
+    from edgecap.runtime.loop import Camera, LoopOptions, run_cameras
+    from edgecap.runtime.records import Summary
+    from edgecap.runtime.scoring import CoverageAnnotator
+
+    n, fps = int(job["cameras"]), float(job["camera_fps"])
+    captioner = BundlePipeline(Path(job["bundle"]), job["threads"]).captioner
+    coverage = TimedCoverage(CoverageAnnotator(log=lambda *_: None))
+    captioner.warm_up()
+    coverage.annotator.warm_up()
+    pool = frames_with_objects(8)
+    fresh, stop = threading.Event(), threading.Event()
+    cameras = []
+    for c in range(n):
+        source = ReplayCamera(pool[c:] + pool[:c], fps, phase=c / (n * fps), name=f"camera{c}")
+        grabber = FrameGrabber(source, pace="native", on_publish=lambda frame: fresh.set())
+        summary = Summary(source.name, camera=c)
+        summary.grabber = grabber.stats
+        cameras.append(Camera(c, grabber, summary))
+    total = Summary("cameras", cameras=[c.summary for c in cameras])
+    records = []
+    t_start = time.monotonic()
+    for camera in cameras:
+        camera.grabber.start()
+    timer = threading.Timer(job["seconds"], stop.set)
+    timer.start()
+    try:
+        run_cameras(captioner, cameras, total, [records.append], LoopOptions(), stop, fresh, coverage=coverage)
+    finally:
+        timer.cancel()
+        for camera in cameras:
+            camera.grabber.close()
+    t_end = time.monotonic()
+    settle = t_start + 1.0  # the first second: cameras starting, caches filling
+    kept = [r for r in records if r.frame.t_capture >= settle]
+    rounds: dict[float, list] = {}
+    for r in kept:
+        rounds.setdefault(r.t_done, []).append(r)
+    span = t_end - settle
+    # a round of more cameras than the bundle's batch is several batches: add their stages up
+    batches = [{tuple(r.caption.latency_ms.items()) for r in group} for group in rounds.values()]
+    stage_ms = {s: percentile([sum(dict(b)[s] for b in bs) for bs in batches], 50) if batches else 0.0
+                for s in STAGES[:-1]}
+    cov_of = {id(r): ms for r, ms in zip(records, coverage.ms, strict=True)}  # one score per record, in order
+    stage_ms["coverage"] = percentile([sum(cov_of[id(r)] for r in group) for group in rounds.values()], 50) \
+        if rounds else 0.0
+    per_camera = []
+    for camera in cameras:
+        mine = [r for r in kept if r.camera == camera.name]
+        lat = [r.capture_to_caption_ms for r in mine]
+        g = camera.grabber.stats
+        per_camera.append({"camera": camera.name, "captions_per_s": len(mine) / span,
+                           "dropped_pct": 100.0 * g.dropped / max(1, g.captured),
+                           "p50_ms": percentile(lat, 50) if lat else None, "p99_ms": percentile(lat, 99) if lat else None})
+    latencies = [r.capture_to_caption_ms for r in kept]
+    return {"per_camera": per_camera, "captions_per_s": len(kept) / span, "round_ms": 1e3 * span / max(1, len(rounds)),
+            "rows_per_round": len(kept) / max(1, len(rounds)), "stage_ms": stage_ms,
+            "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
+            "dropped_pct": 100.0 * sum(c.grabber.stats.dropped for c in cameras) / max(1, sum(c.grabber.stats.captured for c in cameras)),
+            "load_1m": os.getloadavg()[0], **memory_mb()}
 
 
 # -- the camera --------------------------------------------------------------------------------
@@ -368,7 +506,32 @@ def prepare_group(frontend: str, captioner: str, group: list[Config], args, work
         if cfg.backend != "torch":
             path, reason = bundle(cfg, Path(out["checkpoint"]), workdir)
             out[cfg.key] = {"bundle": str(path)} if path else {"reason": reason}
+            if path and args.cameras:
+                out[cfg.key]["cost"] = round_cost(Path(out["checkpoint"]), cfg.batch)
     return out
+
+
+def round_cost(ckpt: Path, batch: int) -> dict:
+    """FLOPs of the visual and encoder graphs for `batch` images, the bytes and FLOPs of one
+    beam-BEAM decode step, and the bytes preprocessing moves (torch's flop counter, the model
+    itself: _roofline.step_cost)."""
+    import torch
+    from _roofline import step_cost
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from edgecap.models.checkpoint import load_checkpoint
+
+    model = load_checkpoint(ckpt).model.eval()
+    size = int(model.cfg.visual.preprocessing()["size"])
+    images = torch.zeros(batch, 3, size, size)
+    with torch.no_grad(), FlopCounterMode(display=False) as visual:
+        feats, mask = model.visual(images)
+    with torch.no_grad(), FlopCounterMode(display=False) as encoder:
+        model.encode(feats, mask, *model.encode_extra_example(batch))
+    frame_bytes = FRAME_SHAPE[0] * FRAME_SHAPE[1] * 3 + 3 * size * size * 4  # read uint8, write fp32
+    return {"visual_flops": visual.get_total_flops(), "encoder_flops": encoder.get_total_flops(),
+            "step": step_cost(model, batch, BEAM), "max_len": int(model.cfg.max_len),
+            "preprocess_bytes": batch * frame_bytes}
 
 
 def run_prepare(frontend: str, captioner: str, group: list[Config], args, workdir: Path) -> dict:
@@ -376,7 +539,7 @@ def run_prepare(frontend: str, captioner: str, group: list[Config], args, workdi
     visual graph is 1.2 GB) and need no quiet machine, so they hold no lock and yield the CPU to
     measurements, ours and other people's."""
     job = {"prepare": [frontend, captioner, [asdict(c) for c in group]], "workdir": str(workdir),
-           "quick": args.quick, "image_size": args.image_size}
+           "quick": args.quick, "image_size": args.image_size, "cameras": args.cameras}
     return run_child(job, args.timeout * 4, nice=19)
 
 
@@ -407,6 +570,76 @@ def measure_config(cfg: Config, prepared: dict, args) -> dict:
         for key, value in sustained(totals, fps).items():
             out[f"cam{fps}_{key}"] = value
     return out
+
+
+def machine_rates(args) -> dict:
+    """Copy bandwidth (bytes/s) and fp32 matmul rate (FLOP/s) at --threads, measured here."""
+    return run_child({"rates": args.threads, "quick": args.quick}, args.timeout)
+
+
+def camera_bounds(cost: dict, rates: dict, backend: str, batches: int) -> dict:
+    """The lower bound of each stage of a round of `batches` static batches, in ms."""
+    from _roofline import step_bound_seconds
+
+    scale = 0.25 if backend.endswith("int8") else 1.0  # int8 weights: a quarter of the bytes
+    step = step_bound_seconds(cost["step"], rates["bandwidth"], rates["flops"], scale)
+    return {k: 1e3 * batches * v for k, v in (("preprocess", cost["preprocess_bytes"] / rates["bandwidth"]),
+                                                 ("visual", cost["visual_flops"] / rates["flops"]),
+                                                 ("encoder", cost["encoder_flops"] / rates["flops"]),
+                                                 ("decode", step * cost["max_len"]))}
+
+
+def measure_cameras_config(cfg: Config, cameras: int, prepared: dict, rates: dict, args) -> dict:
+    row = {**asdict(cfg), "cameras": cameras, "camera_fps": args.camera_fps}
+    made = prepared.get(cfg.key, {}) if prepared.get("status") == "ok" else {}
+    if "bundle" not in made:
+        return {**row, "status": "skipped", "reason": made.get("reason", prepared.get("reason", "export failed"))}
+    job = {"backend": cfg.backend, "bundle": made["bundle"], "threads": args.threads, "cameras": cameras,
+           "camera_fps": args.camera_fps, "seconds": args.seconds}
+    result = run_child(job, args.timeout)
+    if result["status"] != "ok":
+        return {**row, **result}
+    batches = -(-cameras // cfg.batch)
+    bounds = camera_bounds(made["cost"], rates, cfg.backend, batches) if "cost" in made else {}
+    per_camera = result.pop("per_camera")
+    out = {**row, "status": "ok", "batches_per_round": batches, "per_camera": per_camera,
+           **{f"{k}_ms": v for k, v in result.pop("stage_ms").items()},
+           **{f"{k}_bound_ms": v for k, v in bounds.items()}, **result,
+           "frame_period_ms": 1e3 / args.camera_fps,
+           "min_camera_captions_per_s": min(c["captions_per_s"] for c in per_camera),
+           "max_camera_dropped_pct": max(c["dropped_pct"] for c in per_camera)}
+    out["other_ms"] = max(0.0, out["round_ms"] - sum(out[f"{s}_ms"] for s in STAGES))
+    return out
+
+
+CAMERA_COLUMNS = [("frontend", "front end", "s"), ("captioner", "captioner", "s"), ("backend", "backend", "s"),
+                  ("batch", "B", "d"), ("cameras", "cams", "d"), ("captions_per_s", "cap/s", ".1f"),
+                  ("min_camera_captions_per_s", "cap/s per cam (min)", ".2f"),
+                  ("max_camera_dropped_pct", "drop% (max cam)", ".0f"), ("p50_ms", "p50", ".0f"),
+                  ("p99_ms", "p99", ".0f"), ("round_ms", "round", ".1f"), ("rows_per_round", "frames/round", ".2f"),
+                  ("rss_mb", "RSS MB", ".0f"), ("load_1m", "load", ".1f")]
+
+
+def camera_markdown(rows: list[dict]) -> str:
+    """Two tables: the loop's figures, then each stage of a round against its bound."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    lines = ["| " + " | ".join(h for _, h, _ in CAMERA_COLUMNS) + " |", "|" + "---|" * len(CAMERA_COLUMNS)]
+    for r in ok:
+        lines.append("| " + " | ".join("-" if r.get(k) is None else format(r[k], spec) for k, _, spec in CAMERA_COLUMNS) + " |")
+    lines += ["", "ms per round, measured (lower bound on this machine; `-`: none computed); the frame period "
+              "is the budget of a round when every camera is in one batch:", "",
+              "| front end | captioner | backend | B | cams | " + " | ".join(STAGES) + " | idle + loop | round | frame period |",
+              "|" + "---|" * (len(STAGES) + 8)]
+    for r in ok:
+        cells = [f"{r[f'{s}_ms']:.1f} ({'-' if r.get(f'{s}_bound_ms') is None else format(r[f'{s}_bound_ms'], '.1f')})"
+                 for s in STAGES]
+        lines.append(f"| {r['frontend']} | {r['captioner']} | {r['backend']} | {r['batch']} | {r['cameras']} | "
+                     + " | ".join(cells) + f" | {r['other_ms']:.1f} | {r['round_ms']:.1f} | {r['frame_period_ms']:.1f} |")
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"- {r['frontend']}/{r['captioner']}/{r['backend']}/b{r['batch']} x {r['cameras']} cameras "
+                         f"{r['status']}: {r.get('reason', '')}")
+    return "\n".join(lines) + "\n"
 
 
 def remove_group(prepared: dict, workdir: Path) -> None:
@@ -500,6 +733,9 @@ def write_outputs(report: dict, out: Path) -> None:
     write_json(out / "pipeline.json", report)
     write_csv(out / "pipeline.csv", rows)
     write_text_atomic(out / "pipeline.md", markdown(rows))
+    if report.get("camera_rows"):
+        write_text_atomic(out / "pipeline_cameras.md", camera_markdown(report["camera_rows"]))
+        print(f"wrote {out / 'pipeline_cameras.md'}")
     for path in plot(rows, out):
         print(f"wrote {path}")
     print(f"wrote {out / 'pipeline.json'}, pipeline.csv, pipeline.md")
@@ -520,7 +756,9 @@ def main(argv=None) -> int:
     workdir = Path(args.workdir) if keep else Path(tempfile.mkdtemp(prefix="edgecap-pipeline-"))
     workdir.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in vars(args).items() if k not in ("child", "replot", "lock", "resume", "workdir")}
-    report = {"host": host_info(), "settings": settings, "beam": BEAM, "frame": list(FRAME_SHAPE), "rows": []}
+    report = {"host": host_info(), "settings": settings, "beam": BEAM, "frame": list(FRAME_SHAPE), "rows": [],
+              "camera_rows": []}
+    rates: dict = {}  # measured under the lock with the first group's timings
     done = previous_rows(out / "pipeline.json", settings) if args.resume else {}
     todo = configs(args)
     groups: dict[tuple[str, str], list[Config]] = {}
@@ -542,9 +780,18 @@ def main(argv=None) -> int:
                 bar.set_postfix_str(f"export {frontend}/{captioner}")
                 prepared = run_prepare(frontend, captioner, group, args, workdir)
                 with exclusive(args.lock):  # one wait per group, not per row, on a shared machine
+                    if args.cameras and not rates:
+                        rates = machine_rates(args)
+                        if rates.get("status") != "ok":
+                            raise SystemExit(f"measuring this machine's rates failed: {rates.get('reason')}")
+                        report["rates"] = {"bandwidth_gb_s": rates["bandwidth"] / 1e9,
+                                           "fp32_gflop_s": rates["flops"] / 1e9}
                     for cfg in group:
                         bar.set_postfix_str(cfg.key)
                         rows.append(measure_config(cfg, prepared, args))
+                        for cameras in args.cameras if cfg.backend != "torch" else ():
+                            bar.set_postfix_str(f"{cfg.key} x {cameras} cameras")
+                            report["camera_rows"].append(measure_cameras_config(cfg, cameras, prepared, rates, args))
                         bar.update()
                 if not keep:
                     remove_group(prepared, workdir)
@@ -559,6 +806,8 @@ def main(argv=None) -> int:
     report["complete"] = True
     write_outputs(report, out)
     print_table([r for r in rows if r["status"] == "ok"], COLUMNS[:4] + COLUMNS[9:12] + [COLUMNS[12], COLUMNS[16]])
+    if report["camera_rows"]:
+        print_table([r for r in report["camera_rows"] if r["status"] == "ok"], CAMERA_COLUMNS[:11])
     for r in rows:
         if r["status"] != "ok":
             print(f"{r['status']}: {Config(r['frontend'], r['captioner'], r['backend'], r['batch']).key}: {r['reason']}")

@@ -58,3 +58,22 @@ def test_quick_run_writes_table_csv_json_and_stage_plot(tmp_path):
     assert "total_p95_ms" in (out / "pipeline.csv").read_text().splitlines()[0]
     assert "| mobilenet_v3_large | smart | onnxruntime | 1 |" in (out / "pipeline.md").read_text()
     assert (out / "pipeline_stages_b1.png").stat().st_size > 1000
+
+
+def test_quick_cameras_run_the_multi_camera_loop_and_report_each_camera(tmp_path):
+    out = tmp_path / "pipe"
+    cmd = [sys.executable, f"{REPO}/benchmarks/pipeline.py", "--quick", "--backends", "onnxruntime", "--batches", "2",
+           "--cameras", "1,3", "--seconds", "2", "--out", str(out)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads((out / "pipeline.json").read_text())
+    assert report["rates"]["bandwidth_gb_s"] > 0 and report["rates"]["fp32_gflop_s"] > 0
+    one, three = report["camera_rows"]
+    assert (one["cameras"], three["cameras"]) == (1, 3) and one["status"] == three["status"] == "ok"
+    assert [c["camera"] for c in three["per_camera"]] == [0, 1, 2]
+    assert all(c["captions_per_s"] > 0 for c in three["per_camera"])
+    # three cameras on a batch-2 bundle: every round is two batches, more than one frame in it
+    assert three["batches_per_round"] == 2 and three["rows_per_round"] > 1
+    assert one["rows_per_round"] == 1 and one["captions_per_s"] <= 15 * 1.1  # one 15 fps camera at most
+    assert three["p99_ms"] >= three["p50_ms"] > 0 and three["visual_ms"] > 0 and three["decode_bound_ms"] > 0
+    assert "| mobilenet_v3_large | smart | onnxruntime | 2 | 3 |" in (out / "pipeline_cameras.md").read_text()

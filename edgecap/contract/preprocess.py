@@ -60,10 +60,13 @@ def preprocess(
     channel_order: str = "RGB",
     crop: str = "none",
     resize_size: int = 0,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """uint8 HxWx3 BGR (OpenCV's order) -> float32 [3, size, size], scaled to [0, 1],
     normalised by mean/std given in `channel_order`. `crop`/`resize_size`: see the module doc
-    (resize_size 0 means `size`)."""
+    (resize_size 0 means `size`). `out`: write into this float32 [3, size, size] array (e.g. a
+    row of a reused batch buffer) instead of a new one; the arithmetic is the same, in the same
+    order, in place, so no intermediate array (~0.6 MB of float32 each at 224 px) is made."""
     import cv2
 
     if image_bgr.ndim != 3 or image_bgr.shape[2] != 3:
@@ -86,17 +89,21 @@ def preprocess(
         image = image_bgr
     else:
         raise ValueError(f"channel_order {channel_order!r}, expected 'RGB' or 'BGR'")
-    x = image.astype(np.float32) / 255.0
-    x = (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
-    return np.ascontiguousarray(x.transpose(2, 0, 1))
+    if out is None:
+        out = np.empty((3, size, size), np.float32)
+    np.copyto(out, image.transpose(2, 0, 1), casting="unsafe")  # uint8 -> float32, channels first
+    out /= np.float32(255.0)
+    out -= np.asarray(mean, np.float32)[:, None, None]
+    out /= np.asarray(std, np.float32)[:, None, None]
+    return out
 
 
-def preprocess_as(image_bgr: np.ndarray, settings: Mapping) -> np.ndarray:
+def preprocess_as(image_bgr: np.ndarray, settings: Mapping, out: np.ndarray | None = None) -> np.ndarray:
     """`preprocess` with the manifest's `preprocessing` record (size, mean, std, resize,
-    channel_order, crop, resize_size; the last two optional)."""
+    channel_order, crop, resize_size; the last two optional); into `out` when given."""
     return preprocess(image_bgr, int(settings["size"]), tuple(settings["mean"]), tuple(settings["std"]),
                       settings.get("resize", "bilinear"), settings.get("channel_order", "RGB"),
-                      settings.get("crop", "none"), int(settings.get("resize_size", 0) or 0))
+                      settings.get("crop", "none"), int(settings.get("resize_size", 0) or 0), out=out)
 
 
 def preprocess_batch(images_bgr, size: int, **kwargs) -> np.ndarray:

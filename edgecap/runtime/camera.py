@@ -100,6 +100,7 @@ class FrameGrabber:
         self.log = log or (lambda msg: None)
         self.stats = GrabberStats()
         self.error: Exception | None = None   # why the stream ended, if not end of file
+        self.last_publish: float | None = None  # time.monotonic() of the newest frame (or start)
         self._cond = threading.Condition()
         self._slot: Frame | None = None
         self._ended = False
@@ -110,6 +111,7 @@ class FrameGrabber:
 
     # -- consumer side -------------------------------------------------------------------
     def start(self) -> FrameGrabber:
+        self.last_publish = time.monotonic()
         self._thread.start()
         return self
 
@@ -217,6 +219,7 @@ class FrameGrabber:
             frame = Frame(captured.image, int(frame_id), time.monotonic(), time.time(),
                           captured.objects, captured.image_id, stamp=captured.stamp)
             self._slot = frame
+            self.last_publish = frame.t_capture
             self.stats.captured += 1
             if self.on_publish is not None:
                 self.on_publish(frame)

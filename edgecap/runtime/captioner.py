@@ -96,7 +96,7 @@ class Captioner:
     def preprocess_into(self, frames: list[np.ndarray]) -> np.ndarray:
         """Fill the reused [batch, 3, H, W] buffer; rows past len(frames) are zero padding."""
         for i, frame in enumerate(frames):
-            self._images[i] = preprocess_as(frame, self._pp)
+            preprocess_as(frame, self._pp, out=self._images[i])  # in place: no per-frame arrays
         self._images[len(frames):] = 0.0
         return self._images
 

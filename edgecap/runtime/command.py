@@ -28,7 +28,7 @@ from .records import summary_path
 
 @dataclass
 class RunSettings:
-    source: str
+    source: str | list[str]                       # several: one process captions every camera
     bundle: str | None = None
     beam: int | None = None
     max_fps: float | None = None
@@ -44,6 +44,7 @@ class RunSettings:
     save_video: str | None = None
     latency_budget: float | None = None
     coverage: bool = True
+    coverage_load: str | None = None              # "wait" or "background"; None: background for live sources
     pace: str | None = None
     source_fps: float | None = None
     providers: list[str] | None = None
@@ -60,9 +61,10 @@ class RunSettings:
 # Config-file keys: RunSettings fields; these are paths, resolved against the config's folder
 # (a deployed config travels with its bundle; docs/runtime.md says why training configs differ).
 CONFIG_PATHS = ("bundle", "jsonl", "detections", "categories", "save_video", "out_mcap", "rerun")
-# ... and so is `source` when it names a file or folder (not a camera index or a URL)
-CONFIG_INPUTS = ("bundle", "detections", "categories", "source")
+# ... and so is `source` (each of them) when it names a file or folder (not a camera index or a URL)
+CONFIG_INPUTS = ("bundle", "detections", "categories")
 REPLAY_PACE = {"realtime": "native", "fast": "every"}
+COVERAGE_LOADS = ("wait", "background")
 
 
 def add_arguments(parser) -> None:
@@ -75,9 +77,11 @@ def add_arguments(parser) -> None:
                              "it (bundle, source, jsonl, ...) are relative to the config file's "
                              "folder, not to where edgecap runs (unlike a training config: "
                              "docs/runtime.md)")
-    parser.add_argument("--source", default=None,
+    parser.add_argument("--source", action="append", default=None,
                         help="camera index (0), video file, rtsp:// or http:// URL, image folder, "
-                             "ACVR sequence folder, or synth://tabletop[?seed=S&size=N&fps=F]")
+                             "ACVR sequence folder, or synth://tabletop[?seed=S&size=N&fps=F]; give "
+                             "--source several times to caption several cameras in one process, one "
+                             "frame of each per batch (export with --batch = the number of cameras)")
     parser.add_argument("--beam", type=BEAM, default=None,
                         help="beam size, 1..the bundle's (default: the bundle's)")
     parser.add_argument("--max-fps", type=POSITIVE, default=None, metavar="F",
@@ -116,6 +120,11 @@ def add_arguments(parser) -> None:
                         help="lower the beam while capture-to-caption latency exceeds MS")
     parser.add_argument("--coverage", action=argparse.BooleanOptionalAction, default=None,
                         help="score object coverage when objects are known (default on)")
+    parser.add_argument("--coverage-load", choices=COVERAGE_LOADS, default=None,
+                        help="'wait': load the coverage scorer (spaCy, GloVe: seconds) before the first "
+                             "caption, so every caption is scored; 'background': caption at once and load it "
+                             "after the first caption, leaving the captions before it unscored (default: "
+                             "background for cameras and streams, wait for files, folders, synth and logs)")
     parser.add_argument("--area", choices=AREAS, default=None,
                         help="an object's coverage area: its bounding box (default, as edgecap eval "
                              "coverage and SMArT) or its mask pixels (ACVR num_pixels / mask, the "
@@ -155,12 +164,13 @@ def add_arguments(parser) -> None:
 def _toml_types(annotation: str):
     """The TOML value types a RunSettings field takes, from its annotation ("float | None": an
     integer or a float; a missing value is a missing key, never None)."""
-    return {"bool": bool, "int": int, "float": (int, float),
-            "list[str]": list}.get(annotation.removesuffix(" | None"), str)
+    return {"bool": bool, "int": int, "float": (int, float), "list[str]": list,
+            "str | list[str]": (str, list)}.get(annotation.removesuffix(" | None"), str)
 
 
 _TOML_KIND = {bool: "true or false", int: "an integer", (int, float): "a number",
-              list: 'a list of strings, e.g. ["CPUExecutionProvider"]'}
+              list: 'a list of strings, e.g. ["CPUExecutionProvider"]',
+              (str, list): 'a string in quotes or a list of them, e.g. ["0", "rtsp://rear/stream"]'}
 
 
 def read_config(path: str) -> dict:
@@ -186,15 +196,37 @@ def read_config(path: str) -> dict:
         if isinstance(value, bool) and expected is not bool or not isinstance(value, expected):
             raise EdgecapError(f"--config {path}: {key} = {value!r} has the wrong type: expected "
                                f"{_TOML_KIND.get(expected, 'a string in quotes')}")
-        if name in CONFIG_PATHS:
+        if name == "source":
+            written = value if isinstance(value, list) else [value]
+            if not written or not all(isinstance(v, str) for v in written):
+                raise EdgecapError(f"--config {path}: {key} = {value!r}: expected "
+                                   f"{_TOML_KIND[(str, list)]}")
+            value = [_config_source(path, v) for v in written]
+            value = value[0] if len(value) == 1 else value
+        elif name in CONFIG_PATHS:
             value = str((path.parent / Path(value).expanduser()).resolve())
-        elif name == "source" and _names_a_path(value) and not Path(value).expanduser().is_absolute():
-            # joined, not resolved: a camera's /dev/v4l/by-id link must stay the name reopened
-            value = os.path.abspath(path.parent / Path(value).expanduser())
         if name in CONFIG_INPUTS and _names_a_path(data[key]):
             _check_config_relative(path, key, data[key], value)
         out[name] = value
     return out
+
+
+def _config_source(config, written: str) -> str:
+    """A config's source: a relative file or folder is relative to the config's folder."""
+    from pathlib import Path
+
+    value = written
+    if _names_a_path(written) and not Path(written).expanduser().is_absolute():
+        # joined, not resolved: a camera's /dev/v4l/by-id link must stay the name reopened
+        value = os.path.abspath(config.parent / Path(written).expanduser())
+    if _names_a_path(written):
+        _check_config_relative(config, "source", written, value)
+    return value
+
+
+def source_list(source: str | list[str]) -> list[str]:
+    """RunSettings.source as a list (one or several cameras)."""
+    return list(source) if isinstance(source, (list, tuple)) else [source]
 
 
 def _names_a_path(source: str) -> bool:
@@ -231,6 +263,8 @@ def settings_from_args(args) -> RunSettings:
             merged[name] = value
     if args.providers:
         merged["providers"] = [p.strip() for p in args.providers.split(",") if p.strip()]
+    if isinstance(merged.get("source"), list) and len(merged["source"]) == 1:
+        merged["source"] = merged["source"][0]  # one camera: the single-source run, unchanged
     for needed, how in (("bundle", "BUNDLE"), ("source", "--source SRC")):
         if not merged.get(needed):
             raise EdgecapError(f"no {needed} given: pass {how} or put {needed} = ... in --config")
@@ -238,6 +272,8 @@ def settings_from_args(args) -> RunSettings:
         raise EdgecapError("--append adds to the --jsonl file: pass --jsonl FILE too")
     if merged.get("pace") not in (None, "native", "every"):
         raise EdgecapError(f"pace = {merged['pace']!r}; expected native or every")
+    if merged.get("coverage_load") not in (None, *COVERAGE_LOADS):
+        raise EdgecapError(f"coverage_load = {merged['coverage_load']!r}; expected wait or background")
     if merged.get("area") not in (None, *AREAS):
         raise EdgecapError(f"area = {merged['area']!r}; expected {' or '.join(AREAS)}")
     if merged.get("category_base") not in (None, *CATEGORY_BASES):
@@ -287,8 +323,8 @@ def _check_outputs_are_not_inputs(settings: RunSettings) -> None:
     outputs = {"--jsonl": settings.jsonl, "--save-video": settings.save_video}
     if settings.jsonl:
         outputs["the --jsonl summary"] = summary_path(settings.jsonl)
-    inputs = {"--source": settings.source, "--detections": settings.detections}
-    seen: list[tuple[str, str]] = [(flag, os.path.expanduser(p)) for flag, p in inputs.items()
+    inputs = [("--source", s) for s in source_list(settings.source)] + [("--detections", settings.detections)]
+    seen: list[tuple[str, str]] = [(flag, os.path.expanduser(p)) for flag, p in inputs
                                    if p and os.path.isfile(os.path.expanduser(p))]
     for flag, path in ((f, os.path.expanduser(p)) for f, p in outputs.items() if p):
         for other, other_path in seen:
@@ -308,6 +344,14 @@ def default_pace(source) -> str:
     return "every" if isinstance(source, (ACVRSource, FolderSource)) else "native"
 
 
+def coverage_in_background(settings: RunSettings, sources) -> bool:
+    """--coverage-load: as asked, else in the background when every source is live (a camera
+    or stream, whose first caption a restarted robot waits for)."""
+    if settings.coverage_load is not None:
+        return settings.coverage_load == "background"
+    return all(source.live for source in sources)
+
+
 def _log(msg: str) -> None:
     print(f"edgecap run: {msg}", file=sys.stderr, flush=True)
 
@@ -324,13 +368,17 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     from .camera import FrameGrabber
     from .loop import LoopOptions, run_loop
     from .overlay import VideoSink, Window
-    from .records import RUN_END, JsonlWriter, Summary, run_start_record
+    from .records import Summary
     from .scoring import CoverageAnnotator
     from .sources import ACVRSource, FolderSource, SynthSource, make_source, masked
 
     out = out or sys.stdout
     stop = stop or threading.Event()
     _check(settings)
+    if len(source_list(settings.source)) > 1:
+        from .multicam import execute_cameras
+
+        return execute_cameras(captioner, settings, source_list(settings.source), stop, out, sinks)
     if settings.batch > captioner.batch_size:
         raise EdgecapError(f"--batch {settings.batch} exceeds the bundle's static batch "
                            f"{captioner.batch_size} (export with --batch {settings.batch})")
@@ -348,7 +396,8 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     knows_objects = detections is not None or isinstance(source, (ACVRSource, SynthSource))
     coverage = CoverageAnnotator(settings.coverage and knows_objects,
                                  log=lambda m: print(m, file=out, flush=True),
-                                 vocabulary=_coverage_vocabulary(detections))
+                                 vocabulary=_coverage_vocabulary(detections),
+                                 background=coverage_in_background(settings, [source]))
     summary = Summary(masked(settings.source), coverage_area=settings.area)  # a URL's password masked
     extra_sinks, sinks = list(sinks), []
     if not settings.quiet:
@@ -389,12 +438,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         if detections is not None and detections.note:
             _log(f"--detections {settings.detections}: {detections.note}")
         if settings.jsonl:
-            jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
-            if settings.append:
-                jsonl.write(run_start_record(summary.source, settings.bundle, settings.area))
-                # registered after closing(): runs first, so the summary line precedes the close
-                closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
-            sinks.append(lambda r: jsonl.write(r.to_json()))
+            sinks.append(jsonl_sink(closing, settings, summary))
         if settings.out_mcap:
             from .mcap_sink import McapCaptionSink
 
@@ -422,12 +466,28 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
                 summary.stopped_by = "signal"
         if detections is not None:  # before the --append run_end line is written
             summary.detections = detections.report()
+        summary.coverage_unscored = coverage.unscored
     print(summary.human(), file=out, flush=True)
     if detections is not None:
         _report_unmatched(detections, settings.detections)
     if settings.jsonl:
         write_json_atomic(summary_path(settings.jsonl), summary.to_json())
     return summary, (str(grabber.error) if grabber.error is not None else None)
+
+
+def jsonl_sink(closing, settings: RunSettings, summary):
+    """The --jsonl writer, closed by `closing` (an ExitStack), as a record sink; with --append
+    the run opens with a run_start line and closes with a run_end line holding `summary`."""
+    import contextlib
+
+    from .records import RUN_END, JsonlWriter, run_start_record
+
+    jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
+    if settings.append:
+        jsonl.write(run_start_record(summary.source, settings.bundle, settings.area))
+        # registered after closing(): runs first, so the summary line precedes the close
+        closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
+    return lambda record: jsonl.write(record.to_json())
 
 
 def _detections(settings: RunSettings):
@@ -515,7 +575,7 @@ def run(args) -> int:
     if error:
         raise EdgecapError(error)
     if summary.captioned == 0 and summary.stopped_by == "end of source":
-        skipped = summary.grabber.skipped if summary.grabber is not None else 0
+        skipped = summary.to_json()["frames_skipped"]
         raise EdgecapError(f"--source {summary.source} ended without a frame captioned "
                            f"({skipped} frame{'s' * (skipped != 1)} could not be decoded)")
     if settings.jsonl:

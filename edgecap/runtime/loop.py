@@ -6,7 +6,13 @@
     hand each Record to the sinks (console, JSONL, video, window)
 
 `max_fps` spaces the takes; frames that arrive meanwhile are overwritten (dropped), so the
-caption is always of a fresh frame. A `BeamGovernor` lowers the beam when capture-to-caption
+caption is always of a fresh frame.
+
+Several cameras (`run_cameras`): each round takes the newest untaken frame of every camera that
+has one and captions them together (the Captioner pads the static batch; padding rows are never
+reported). A round starts as soon as any camera has a fresh frame, so a camera that stalls or
+fails never holds the others back; a finished or failed camera leaves the round and is reported
+in its own summary. A `BeamGovernor` lowers the beam when capture-to-caption
 latency runs over a budget and raises it again when there is room. `stop` (a threading.Event,
 set by SIGINT / SIGTERM in the CLI) ends the loop between batches; the summary is always
 returned.
@@ -79,6 +85,51 @@ def _take_batch(grabber: FrameGrabber, n: int, stop: threading.Event) -> list[Fr
     return frames
 
 
+@dataclass
+class Camera:
+    """One source of a multi-camera run: its grabber and its own summary."""
+
+    name: int                         # its position in --source: its records' "camera" field
+    grabber: FrameGrabber
+    summary: Summary
+    stalled_since: float | None = None
+    reported: bool = False            # its end (or failure) was logged
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.summary.source})"
+
+
+def _deliver(frames: list[Frame], captions, summaries, cameras: list[int | None], sinks,
+             t_done: float, annotate_objects, coverage, governor: BeamGovernor) -> None:
+    """Records of one captioned batch: objects, coverage, summaries, sinks, the beam governor."""
+    for frame, caption, counted, camera in zip(frames, captions, summaries, cameras, strict=True):
+        if annotate_objects is not None:  # --detections replaces the source's own objects
+            frame.objects = annotate_objects(frame)
+        record = Record(frame, caption, counted[-1].source, t_done, camera=camera)  # the camera's own
+        scored = coverage.score(caption.text, frame.objects) if coverage is not None else None
+        if scored is not None:
+            record.coverage, record.matches = scored
+        for summary in counted:
+            summary.add(record)
+        for sink in sinks:
+            sink(record)
+        governor.update(record.capture_to_caption_ms)
+
+
+def _stop_reason(stop: threading.Event, options: LoopOptions, summary: Summary, period: float,
+                 next_take: float) -> str | None:
+    """Why the loop stops before its next take (None: it goes on); with --max-fps it first
+    waits for the take's time, a signal cutting the wait short."""
+    if stop.is_set():
+        return "signal"
+    if options.frames is not None and summary.captioned >= options.frames:
+        return f"--frames {options.frames}"
+    if period and stop.wait(max(0.0, next_take - time.monotonic())):
+        return "signal"
+    return None
+
+
 def run_loop(captioner: Captioner, grabber: FrameGrabber, summary: Summary,
              sinks: list[Callable[[Record], None]], options: LoopOptions,
              stop: threading.Event, annotate_objects=None, coverage=None,
@@ -93,12 +144,7 @@ def run_loop(captioner: Captioner, grabber: FrameGrabber, summary: Summary,
     next_take = time.monotonic()
     reason = None
     while reason is None:
-        if stop.is_set():
-            reason = "signal"
-        elif options.frames is not None and summary.captioned >= options.frames:
-            reason = f"--frames {options.frames}"
-        elif period and stop.wait(max(0.0, next_take - time.monotonic())):
-            reason = "signal"
+        reason = _stop_reason(stop, options, summary, period, next_take)
         if reason is not None:
             break
         want = options.batch
@@ -113,18 +159,101 @@ def run_loop(captioner: Captioner, grabber: FrameGrabber, summary: Summary,
             break
         next_take = frames[0].t_taken + period
         captions = captioner.caption([f.image for f in frames], beam=governor.beam)
-        t_done = time.monotonic()
-        for frame, caption in zip(frames, captions, strict=True):
-            if annotate_objects is not None:  # --detections replaces the source's own objects
-                frame.objects = annotate_objects(frame)
-            record = Record(frame, caption, summary.source, t_done)
-            scored = coverage.score(caption.text, frame.objects) if coverage is not None else None
-            if scored is not None:
-                record.coverage, record.matches = scored
-            summary.add(record)
-            for sink in sinks:
-                sink(record)
-            governor.update(record.capture_to_caption_ms)
+        _deliver(frames, captions, [(summary,)] * len(frames), [None] * len(frames), sinks,
+                 time.monotonic(), annotate_objects, coverage, governor)
     summary.stopped_by = reason
     summary.beam_changes = governor.changes
+    return summary
+
+
+def _take_round(cameras: list[Camera], want: int, start: int) -> list[tuple[Camera, Frame]]:
+    """The newest untaken frame of each camera that has one, at most `want`, polling from
+    camera `start` on so that a --frames limit does not always favour the first camera."""
+    taken = []
+    for k in range(len(cameras)):
+        if len(taken) >= want:
+            break
+        camera = cameras[(start + k) % len(cameras)]
+        frame = camera.grabber.get(timeout=0)
+        if frame is not None:
+            taken.append((camera, frame))
+    return taken
+
+
+def _check_cameras(cameras: list[Camera], now: float, stall_s: float, log) -> list[Camera]:
+    """The cameras still running; a camera that ended or failed is logged once and its summary
+    says why; one that has published nothing for `stall_s` is logged once per stall."""
+    running = []
+    for camera in cameras:
+        grabber = camera.grabber
+        if grabber.finished:
+            if not camera.reported:
+                camera.reported = True
+                if grabber.error is not None:
+                    camera.summary.stopped_by = "source error"
+                    log(f"camera {camera.label} failed: {grabber.error}; the others go on")
+                else:
+                    camera.summary.stopped_by = "end of source"
+                    log(f"camera {camera.label} ended")
+            continue
+        running.append(camera)
+        last = grabber.last_publish
+        if last is not None and now - last > stall_s:
+            if camera.stalled_since is None:
+                camera.stalled_since = last
+                camera.summary.stalls += 1
+                log(f"camera {camera.label}: no frame for {now - last:.1f} s; the others go on")
+        elif camera.stalled_since is not None and last is not None and last > camera.stalled_since:
+            camera.stalled_since = None
+            log(f"camera {camera.label}: frames again")
+    return running
+
+
+def run_cameras(captioner: Captioner, cameras: list[Camera], summary: Summary,
+                sinks: list[Callable[[Record], None]], options: LoopOptions, stop: threading.Event,
+                fresh: threading.Event, annotate_objects=None, coverage=None, beam: int | None = None,
+                stall_s: float = 2.0, log=None) -> Summary:
+    """Caption several cameras, one frame of each per round, until every camera has ended,
+    `options.frames` captions are done (all cameras together), or `stop` is set.
+
+    `fresh` is set by the grabbers whenever one publishes a frame (their `on_publish`), so an
+    idle loop wakes for the first new frame of any camera. `summary` counts every record; each
+    camera's own summary counts its records, drops, stalls and why it stopped.
+    """
+    log = log or (lambda msg: None)
+    governor = BeamGovernor(beam or captioner.beam, options.latency_budget_ms)
+    period = 1.0 / options.max_fps if options.max_fps else 0.0
+    next_take = time.monotonic()
+    reason, rounds = None, 0
+    running = list(cameras)
+    while reason is None:
+        reason = _stop_reason(stop, options, summary, period, next_take)
+        if reason is not None:
+            break
+        want = len(running)
+        if options.frames is not None:
+            want = min(want, options.frames - summary.captioned)
+        fresh.clear()  # before polling: a frame published after this wakes the wait below
+        taken = _take_round(running, want, rounds)
+        running = _check_cameras(running, time.monotonic(), stall_s, log)
+        if not taken:
+            if not running:
+                reason = "end of source"
+            else:
+                fresh.wait(0.05)
+            continue
+        rounds += 1
+        frames = [frame for _, frame in taken]
+        next_take = min(f.t_taken for f in frames) + period
+        captions = captioner.caption([f.image for f in frames], beam=governor.beam)
+        _deliver(frames, captions, [(summary, camera.summary) for camera, _ in taken],
+                 [camera.name for camera, _ in taken], sinks, time.monotonic(), annotate_objects,
+                 coverage, governor)
+    for camera in running:
+        camera.summary.stopped_by = reason
+    if reason == "end of source" and all(c.grabber.error is not None for c in cameras):
+        reason = "source error"
+    summary.stopped_by = reason
+    summary.beam_changes = governor.changes
+    summary.rounds = rounds
     return summary

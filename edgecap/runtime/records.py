@@ -45,6 +45,7 @@ class Record:
     t_done: float                                 # time.monotonic() when the caption was ready
     coverage: dict[str, float | None] | None = None
     matches: list[dict] | None = None             # coverage matches at the lowest threshold
+    camera: int | None = None                     # which camera (--source order), in a run of several
 
     def stamps_ns(self) -> tuple[int, int]:
         """(header stamp, log time) of the captioned image: a logged image's own, else the
@@ -63,6 +64,8 @@ class Record:
         out: dict = {"frame_id": f.frame_id}
         if f.image_id is not None:
             out["image_id"] = f.image_id
+        if self.camera is not None:
+            out["camera"] = self.camera
         out.update({
             "source": self.source,
             "t_capture": round(f.t_capture, 6),
@@ -84,7 +87,8 @@ class Record:
 
     def human(self) -> str:
         c = self.caption
-        parts = [f"[{self.frame.frame_id:>6}]", f"{self.capture_to_caption_ms:7.1f} ms",
+        parts = [f"[{self.frame.frame_id:>6}]" if self.camera is None
+                 else f"[cam{self.camera} {self.frame.frame_id:>6}]", f"{self.capture_to_caption_ms:7.1f} ms",
                  f"beam {c.beam}", c.text or "(empty caption)"]
         if self.coverage is not None:
             cells = [f"{k}={'-' if v is None else f'{100 * v:.0f}%'}" for k, v in self.coverage.items()]
@@ -201,6 +205,11 @@ class Summary:
     beam_changes: int = 0
     coverage_area: str = "box"                    # what an object's area is (--area)
     detections: dict | None = None                # the --detections file's ids, matched or not
+    cameras: list[Summary] | None = None          # several sources: each camera's own summary
+    camera: int | None = None                     # a camera's own summary: its --source position
+    stalls: int = 0                               # times a camera published nothing for a while
+    rounds: int = 0                               # several sources: batches captioned
+    coverage_unscored: int = 0                    # captions finished while the scorer was loading
 
     def add(self, record: Record) -> None:
         self.captioned += 1
@@ -223,8 +232,9 @@ class Summary:
         return (self.captioned - 1) / span if span > 0 else None
 
     def to_json(self) -> dict:
-        g = self.grabber or GrabberStats()
+        g = self.grabber or _total_stats(self.cameras or [])
         return {
+            **({"camera": self.camera} if self.camera is not None else {}),
             "source": self.source,
             "stopped_by": self.stopped_by,
             "frames_captured": g.captured,
@@ -241,7 +251,11 @@ class Summary:
             "coverage_mean": {k: round(self.coverage_sums[k] / n, 6) for k, n in self.coverage_counts.items()},
             "coverage_frames": dict(self.coverage_counts),
             "coverage_rule": coverage_rule(self.coverage_area),
+            **({"coverage_unscored": self.coverage_unscored} if self.coverage_unscored else {}),
             **({"detections": self.detections} if self.detections is not None else {}),
+            **({"stalls": self.stalls} if self.camera is not None else {}),
+            **({"rounds": self.rounds, "cameras": [c.to_json() for c in self.cameras]}
+               if self.cameras is not None else {}),
         }
 
     def human(self) -> str:
@@ -262,7 +276,27 @@ class Summary:
             cells = [f"{k} {100 * v:.1f} (n={s['coverage_frames'][k]})"
                      for k, v in s["coverage_mean"].items()]
             lines.append(f"  mean coverage ({s['coverage_rule']}): " + ", ".join(cells))
+        if s.get("coverage_unscored"):
+            lines.append(f"  {s['coverage_unscored']} captions not scored: finished while the coverage scorer "
+                         "was loading (--coverage-load background)")
+        for cam in s.get("cameras", []):
+            lat, cov = cam["capture_to_caption_ms"], cam["coverage_mean"].get(">1%")
+            lines.append(f"  camera {cam['camera']} ({cam['source']}): {cam['frames_captioned']} captioned, "
+                         f"{cam['frames_dropped']} dropped, {cam['stalls']} stalls, "
+                         f"{ms(cam['fps'], '.2f')} captions/s, p50 {ms(lat['p50'])} ms, p99 {ms(lat['p99'])} ms"
+                         + ("" if cov is None else f", coverage >1% {100 * cov:.1f}")
+                         + f"; stopped by {cam['stopped_by']}")
         return "\n".join(lines)
+
+
+def _total_stats(summaries: list[Summary]) -> GrabberStats:
+    """The grabber counts of several cameras added up (a multi-camera run's total)."""
+    total = GrabberStats()
+    for summary in summaries:
+        if summary.grabber is not None:
+            for name in ("captured", "taken", "dropped", "skipped", "reopens"):
+                setattr(total, name, getattr(total, name) + getattr(summary.grabber, name))
+    return total
 
 
 @dataclass

@@ -2,9 +2,17 @@
 
 The scorer needs spaCy and GloVe (`pip install "edgecap[nlp]"`), which a minimal robot install
 may lack: then coverage is switched off with one message and the loop runs on.
+
+Loading them takes seconds (benchmarks/README.md, "Start-up"). By default the run waits for
+them before its first caption, so every caption is scored. With `background=True` (a live
+camera: `--coverage-load background`, the default for cameras and streams) the first caption is
+never kept waiting: loading starts on a thread when the first caption is scored, and captions
+finished before it is done go out unscored (counted in `unscored`, reported in the summary).
 """
 
 from __future__ import annotations
+
+import threading
 
 from edgecap.errors import MissingExtraError
 
@@ -27,12 +35,16 @@ class CoverageAnnotator:
 
     `vocabulary`: the class set the objects come from (edgecap.metrics.vocabulary; None: ACVR's)."""
 
-    def __init__(self, enabled: bool = True, log=print, scorer=None, vocabulary=None):
+    def __init__(self, enabled: bool = True, log=print, scorer=None, vocabulary=None, background: bool = False):
         self.enabled = enabled
         self.log = log
         self._scorer = scorer
         self._labels = None
         self.vocabulary = vocabulary
+        self.background = background
+        self._loaded = threading.Event()
+        self._loader: threading.Thread | None = None
+        self.unscored = 0  # captions with known objects, finished while the scorer was loading
 
     def _load(self):
         if self._scorer is None:
@@ -42,10 +54,20 @@ class CoverageAnnotator:
         return self._scorer
 
     def warm_up(self) -> None:
-        """Load spaCy / GloVe and score once now, so their start-up is not the first frame's."""
+        """Load spaCy / GloVe and score once now, so their start-up is not the first frame's
+        (in the background mode: nothing now; the first score starts the loading)."""
+        if self.background:
+            return
         scorer = self._get() if self.enabled else None
         if scorer is not None:
             scorer.score(["a cup on a table"], [{"cup": 0.1}])
+
+    def _load_in_background(self) -> None:
+        try:
+            self.background = False
+            self.warm_up()
+        finally:
+            self._loaded.set()
 
     def _get(self):
         try:
@@ -57,6 +79,13 @@ class CoverageAnnotator:
 
     def score(self, caption: str, objects: list[KnownObject] | None):
         if not self.enabled or objects is None:
+            return None
+        if self.background or (self._loader is not None and not self._loaded.is_set()):
+            if self._loader is None:
+                self._loader = threading.Thread(target=self._load_in_background, name="edgecap-coverage-load",
+                                                daemon=True)
+                self._loader.start()
+            self.unscored += 1
             return None
         scorer = self._get()
         if scorer is None:
