@@ -71,7 +71,7 @@ def publish(args) -> dict:
     start = time.monotonic()
     for i in range(args.count):
         image, objects = frame(i + args.first, args.width, args.height, args.seed)
-        stamp = BASE_STAMP_NS + (i + args.first) * 50_000_000
+        stamp = BASE_STAMP_NS + (i + args.first) * 200_000_000
         if det_pub is not None and i % args.detect_every == 0:
             det_pub.publish(String(data=json.dumps({"stamp": time_msg(stamp + args.detect_offset_ns),
                                                     "objects": objects})))

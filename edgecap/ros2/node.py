@@ -144,7 +144,7 @@ def caption_node_class():
             self.refusals = CountedWarning("refused")
             self.started = time.monotonic()
             self.last_image: float | None = None
-            self.warned_idle = False
+            self.warned: set[str] = set()          # the once-only warnings given
             self.failure: BaseException | None = None
             self.stop = threading.Event()
             self.create_timer(s["diagnostics_period"], self._diagnose)
@@ -229,24 +229,23 @@ def caption_node_class():
             return SetParametersResult(successful=True)
 
         def _watch(self) -> None:
-            """Warn once when no image arrives: the topic's publishers use another type, or
-            there are none yet."""
-            if self.warned_idle or self.last_image is not None:
+            """Until an image arrives: warn once when the topic's publishers use another type
+            (checked every tick, as publishers come and go), and once when none came in time."""
+            if self.last_image is not None:
                 return
-            waited = time.monotonic() - self.started
-            if waited < self.settings["no_image_warning"]:
-                return
-            self.warned_idle = True
-            types = dict(self.get_topic_names_and_types()).get(self.image_topic, [])
-            if types and self.msgtype not in types:
-                hint = ("compressed:=false" if COMPRESSED in types else
-                        "compressed:=true" if IMAGE in types else "an image topic")
+            types = sorted({info.topic_type for info in self.get_publishers_info_by_topic(self.image_topic)})
+            if types and self.msgtype not in types and "type" not in self.warned:
+                self.warned.add("type")
+                hint = ("compressed:=false" if IMAGE in types else
+                        "compressed:=true" if COMPRESSED in types else "image_topic to an image topic")
                 self.get_logger().warning(
                     f"{self.image_topic} carries {', '.join(types)}, not {self.msgtype}: no image "
                     f"can arrive; set {hint}")
-            else:
+            waited = time.monotonic() - self.started
+            if waited >= self.settings["no_image_warning"] and "idle" not in self.warned:
+                self.warned.add("idle")
                 self.get_logger().warning(
-                    f"no image on {self.image_topic} after {waited:.0f} s "
+                    f"no image on {self.image_topic} after {waited:.1f} s "
                     f"({self.count_publishers(self.image_topic)} publishers)")
 
         def _diagnose(self) -> None:
