@@ -101,7 +101,7 @@ def caption_node_class():
             s = self.settings
             if not s["bundle"]:
                 raise ParameterError("parameter bundle: set it to a bundle directory "
-                                     "(edgecap ros2 BUNDLE, or -p bundle:=DIR)")
+                                     "(edgecap ros2 BUNDLE, -p bundle:=DIR or --params-file)")
             from edgecap.runtime.captioner import Captioner
 
             self.captioner = Captioner.from_bundle(s["bundle"], threads=s["threads"], spin=s["spin"])
