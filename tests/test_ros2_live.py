@@ -252,9 +252,10 @@ def test_parameters_change_at_run_time_through_the_callback(graph, demo_bundle):
 def test_sigint_and_sigterm_stop_an_idle_node_at_once_every_time(graph, demo_bundle):
     """No frames arrive, so each node waits in rcl_wait when the signal comes (where rclpy's own
     handler hung about one stop in seven). Eight nodes side by side, half of each signal."""
-    nodes = [graph.node(demo_bundle, ns=f"/idle{i}") for i in range(8)]
+    nodes = [graph.node(demo_bundle, *(["max_rat:=5"] if i == 0 else []), ns=f"/idle{i}") for i in range(8)]
     for node in nodes:
         node.wait_for("captioning")
+    assert "parameter 'max_rat' is not one of this node's; ignored (did you mean 'max_rate'?)" in nodes[0].stderr()
     time.sleep(1.0)
     for i, node in enumerate(nodes):
         signum = signal.SIGINT if i % 2 else signal.SIGTERM
