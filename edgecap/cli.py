@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "features": ("edgecap.data.features_command", "precompute a front end's grid features into HDF5 (M2 layout)"),
     "import-m2": ("edgecap.models.import_m2_command", "convert an official M2 Transformer checkpoint to edgecap"),
     "index": ("edgecap.retrieval.command", "build the RA-Transformer caption retrieval index (FAISS)"),
+    "ros2": ("edgecap.ros2.command", "caption a ROS 2 camera topic live: captions, coverage, /diagnostics (rclpy)"),
 }
 
 

@@ -21,7 +21,7 @@ print(json.dumps({{"loaded": loaded, "heavy": heavy}}))
 """
 
 
-@pytest.mark.parametrize("packages", [["edgecap.runtime"], ["edgecap.metrics"], ["edgecap.ros"],
+@pytest.mark.parametrize("packages", [["edgecap.runtime"], ["edgecap.metrics"], ["edgecap.ros"], ["edgecap.ros2"],
                                       ["edgecap.runtime", "edgecap.metrics"]])
 def test_robot_side_imports_no_torch(packages):
     out = subprocess.run(
@@ -49,6 +49,8 @@ FORBIDDEN = {
     # ROS message conversion and log I/O: shared by the runtime and the ROS 2 node, below both.
     "edgecap/ros": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export",
                     "edgecap.runtime", "edgecap.data"),
+    # the ROS 2 node: above the runtime and edgecap.ros, on the robot
+    "edgecap/ros2": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export"),
     # the JSON / JSON Lines reader below the runtime's and the metrics' readers
     "edgecap/jsonio.py": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export",
                           "edgecap.runtime", "edgecap.data", "edgecap.metrics", "edgecap.retrieval"),

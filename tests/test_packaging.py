@@ -1,6 +1,7 @@
 """What a user gets from `pip install edgecap` without a checkout: the wheel built from this
 tree, installed into a fresh venv, finds what the docs tell them to use."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -34,3 +35,11 @@ def test_an_installed_wheel_finds_the_export_target_presets(tmp_path):
     names, options = done.stdout.splitlines()
     assert names == str(sorted(p.stem for p in (REPO / "export").glob("*.toml")))
     assert "'engine': 'onnx'" in options
+    # the ROS 2 node's systemd unit and parameters file ship too (robot/README.md installs them)
+    alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the wheel's copy, not a checkout's
+    done = subprocess.run([python, "-m", "edgecap", "ros2", "--share"], capture_output=True, text=True,
+                          cwd=elsewhere, env=alone)
+    assert done.returncode == 0, done.stderr
+    share = Path(done.stdout.strip())
+    assert sorted(p.name for p in share.iterdir()) == ["edgecap-ros2.service", "edgecap-ros2.yaml"]
+    assert str(share).startswith(str(venv))

@@ -23,7 +23,7 @@ else:  # pragma: no cover
 
 REPO = Path(__file__).resolve().parents[1]
 ROBOT = REPO / "robot"
-NODE = ROBOT / "ros2_caption_node.py"
+NODE = REPO / "edgecap" / "ros2" / "node.py"
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), ROBOT / "README.md",
         REPO / "export" / "README.md", REPO / "benchmarks" / "README.md"]
 
@@ -94,36 +94,35 @@ def test_the_robot_readme_installs_what_the_unit_runs():
     assert re.search(r"useradd .*--groups video edgecap", readme) and "User=edgecap" in unit
 
 
-# -- robot/ros2_caption_node.py ----------------------------------------------------------------
+# -- the ROS 2 node (edgecap/ros2) -------------------------------------------------------------
 def _node_tree() -> ast.Module:
     return ast.parse(NODE.read_text())
 
 
-def _declared_parameters() -> dict[str, object]:
-    out = {}
-    for call in ast.walk(_node_tree()):
-        if isinstance(call, ast.Call) and getattr(call.func, "attr", "") == "declare_parameter":
-            out[call.args[0].value] = call.args[1].value
-    return out
+def _ros_value(text: str):
+    """A `-p name:=value` value as rclpy types it (YAML): bool, int, float or string."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
-def test_every_ros_parameter_the_docs_pass_is_declared_with_a_matching_type():
-    declared = _declared_parameters()
-    passed = {}
-    for text in ((ROBOT / "README.md").read_text(), NODE.read_text()):
-        passed.update(re.findall(r"-p (\w+):=([^\s`]+)", text))
+def test_every_ros_parameter_the_docs_pass_is_declared_and_valid():
+    from edgecap.ros2.params import BY_NAME
+
+    passed = []
+    for path in (ROBOT / "README.md", REPO / "docs" / "runtime.md", NODE, *NODE.parent.glob("share/*")):
+        passed += re.findall(r"-p (\w+):=([^\s`'\"]+)", path.read_text())
     assert passed, "the docs show no -p parameters"
-    for name, value in passed.items():
-        assert name in declared, f"-p {name}: the node declares only {sorted(declared)}"
-        # rclpy refuses a value whose type differs from the declared default's
-        default = declared[name]
-        literal = {"true": True, "false": False}.get(value, value)
-        if isinstance(default, bool):
-            assert isinstance(literal, bool), (name, value)
-        elif isinstance(default, float):
-            assert re.fullmatch(r"-?\d+\.\d*", value), f"-p {name}:={value} must be a double (e.g. 5.0)"
-        elif isinstance(default, int):
-            assert re.fullmatch(r"-?\d+", value), (name, value)
+    for name, value in passed:
+        assert name in BY_NAME, f"-p {name}: the node declares only {sorted(BY_NAME)}"
+        if not value.isupper():  # placeholders: -p bundle:=DIR
+            BY_NAME[name].check(_ros_value(value))
 
 
 def test_the_node_uses_only_edgecap_names_that_exist_with_the_keywords_they_take():
@@ -182,7 +181,8 @@ def test_every_edgecap_command_in_the_docs_exists_and_parses(capsys):
             continue
         seen += 1
         parser, rest = _parser(words)
-        for flag in (f for w in rest for f in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", w)):
+        ours = rest[:rest.index("--ros-args") + 1] if "--ros-args" in rest else rest  # the rest is rclpy's
+        for flag in (f for w in ours for f in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", w)):
             if flag not in parser._option_string_actions:
                 problems.append(f"{name}: {command}: no option {flag}")
         synopsis = any(w.startswith("[") or "|" in w or w.endswith("...") for w in words)

@@ -1,9 +1,11 @@
-"""robot/ros2_caption_node.py: importable without ROS 2; its CaptionRelay (message in, caption
-messages out) run on messages deserialised from a real log, and its field dicts built into
-message objects, here rosbags' classes standing in for rclpy's generated ones."""
+"""The ROS 2 node's frame handling (edgecap.ros2.relay) on messages deserialised from a real log,
+and its field dicts built into message objects, here rosbags' classes standing in for rclpy's
+generated ones; robot/ros2_caption_node.py launches the packaged node. The node on a live
+graph: tests/test_ros2_live.py."""
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,41 +16,18 @@ from runtime_helpers import FakeBundle
 SCRIPT = Path(__file__).resolve().parents[1] / "robot" / "ros2_caption_node.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("ros2_caption_node", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_imports_without_rclpy():
-    node = _module()
-    assert "rclpy" not in sys.modules
-    assert callable(node.main)
-
-
-def test_without_ros_2_sourced_the_node_says_so_in_one_line():
-    """`python3 robot/ros2_caption_node.py --ros-args ...` in a shell without ROS 2: was a
-    ModuleNotFoundError traceback."""
-    import subprocess
-
-    if importlib.util.find_spec("rclpy") is not None:
-        pytest.skip("rclpy is importable here")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--ros-args", "-p", "bundle:=/opt/edgecap/bundle"],
-                          capture_output=True, text=True, timeout=120)
+def test_the_robot_launcher_runs_the_packaged_node():
+    """`python3 robot/ros2_caption_node.py --ros-args ...` from a checkout: the package's node,
+    here stopped at its first check (rclpy missing, or the bundle)."""
+    done = subprocess.run([sys.executable, str(SCRIPT), "--ros-args", "-p", "bundle:=/nonexistent/bundle"],
+                          capture_output=True, text=True, timeout=120, cwd="/")
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [
-        "ros2_caption_node: rclpy is not importable: run the node from a shell where ROS 2 is sourced "
-        "(source /opt/ros/$ROS_DISTRO/setup.bash); robot/README.md"]
-
-
-def test_newest_slot_keeps_the_newest_and_counts_drops():
-    node = _module()
-    slot = node.NewestSlot()
-    for i in range(4):
-        slot.put(i)
-    assert slot.take(timeout=0.1) == 3 and slot.dropped == 3
-    assert slot.take(timeout=0.01) is None
+    [line] = done.stderr.strip().splitlines()
+    if importlib.util.find_spec("rclpy") is None:
+        assert line == ('edgecap ros2: error: rclpy is not installed (or source a ROS 2 install: source '
+                        '/opt/ros/$ROS_DISTRO/setup.bash): pip install "edgecap[ros2]"')
+    else:
+        assert line.startswith("edgecap ros2: error: ") and "/nonexistent/bundle" in line
 
 
 @pytest.fixture
@@ -68,32 +47,42 @@ def logged(tmp_path):
 
 
 def test_relay_turns_an_image_message_into_the_caption_log_messages(logged):
+    from edgecap.ros2.relay import CaptionRelay
     from edgecap.runtime.captioner import Captioner
+    from edgecap.runtime.mcap_sink import record_messages
 
-    node = _module()
     messages, shots = logged
     for topic, msgtype in (("/raw", "sensor_msgs/msg/Image"),
                            ("/jpeg", "sensor_msgs/msg/CompressedImage")):
-        relay = node.CaptionRelay(Captioner(FakeBundle(batch_size=1, beam_size=1)), msgtype, topic)
-        out = relay.process(messages[topic][1], received=1.0, received_ns=shots[1][1] + 10)
+        relay = CaptionRelay(Captioner(FakeBundle(batch_size=1, beam_size=1)), msgtype, topic)
+        frame = relay.frame(messages[topic][1], received=1.0, received_ns=shots[1][1] + 10)
+        [record] = relay.caption([frame], beam=None)
+        out = record_messages(record)[1]
         assert [(t, m) for t, m, _ in out] == [("/edgecap/caption", "std_msgs/msg/String"),
                                                ("/edgecap/record", "std_msgs/msg/String")]
-        record = json.loads(out[1][2]["data"])
-        assert record["header_stamp_ns"] == shots[1][0]   # the camera's stamp, not arrival
-        assert record["caption"] == out[0][2]["data"] == "a green cup"
+        fields = json.loads(out[1][2]["data"])
+        assert fields["header_stamp_ns"] == shots[1][0]   # the camera's stamp, not arrival
+        assert fields["caption"] == out[0][2]["data"] == "a green cup"
 
 
-def test_relay_skips_an_undecodable_message(logged):
+def test_relay_skips_an_undecodable_message_and_refuses_depth(logged):
+    from edgecap.ros2.relay import CaptionRelay, ImageDecodeError, Refused
     from edgecap.runtime.captioner import Captioner
 
-    node = _module()
     messages, _ = logged
     broken = messages["/jpeg"][0]
     broken.data = np.frombuffer(b"\xff\xd8 not a jpeg", np.uint8)
-    relay = node.CaptionRelay(Captioner(FakeBundle(batch_size=1, beam_size=1)),
-                              "sensor_msgs/msg/CompressedImage", "/jpeg")
-    assert relay.process(broken, 0.0, 0) is None
-    assert relay.skipped == 1 and "does not decode" in relay.last_skip
+    captioner = Captioner(FakeBundle(batch_size=1, beam_size=1))
+    relay = CaptionRelay(captioner, "sensor_msgs/msg/CompressedImage", "/jpeg")
+    with pytest.raises(ImageDecodeError, match="does not decode"):
+        relay.frame(broken, 0.0, 0)
+    depth = messages["/raw"][0]
+    depth.encoding, depth.step = "16UC1", depth.width * 2
+    depth.data = np.zeros(depth.height * depth.width * 2, np.uint8)
+    with pytest.raises(Refused, match="'16UC1' is not a colour image.*allow_non_colour:=true"):
+        CaptionRelay(captioner, "sensor_msgs/msg/Image", "/raw").frame(depth, 0.0, 0)
+    allowed = CaptionRelay(captioner, "sensor_msgs/msg/Image", "/raw", allow_non_colour=True)
+    assert allowed.frame(depth, 0.0, 0).image.shape == (depth.height, depth.width, 3)
 
 
 def test_annotation_fields_build_into_message_objects_that_serialise():

@@ -199,3 +199,8 @@ def _ordered(keys) -> list[int | str]:
 def few_ids(keys: list, n: int = 3) -> str:
     """The first n ids, and "..." when there are more (for one-line messages)."""
     return ", ".join(repr(k) for k in keys[:n]) + (", ..." if len(keys) > n else "")
+
+
+# One detections object ({"class", "box", "area"?}) checked: the ROS 2 node's JSON detections
+# topic carries the same objects as a --detections line (edgecap/ros2/detections.py).
+parse_object = _object

@@ -1,0 +1,408 @@
+"""The ROS 2 captioning node: camera images in, captions (and coverage, with detections) out.
+
+    edgecap ros2 BUNDLE --ros-args -r __ns:=/front -p max_rate:=5
+    python -m edgecap.ros2 --ros-args -p bundle:=BUNDLE -r image_raw:=/camera/image_raw
+
+Topics are relative to the node's namespace (one node per camera, side by side):
+
+    in   image_raw            sensor_msgs/Image (or CompressedImage with compressed:=true)
+    in   detections           with detections_topic: std_msgs/String JSON or Detection2DArray
+    out  edgecap/caption      std_msgs/String    the caption
+    out  edgecap/record       std_msgs/String    the JSON record (stamps, latency, coverage)
+    out  edgecap/annotated    sensor_msgs/Image  boxes coloured by mention, caption band (bgr8)
+    out  edgecap/annotations  foxglove_msgs/ImageAnnotations, when foxglove_msgs is importable
+    out  /diagnostics         diagnostic_msgs/DiagnosticArray (captions/s, drops, latency, bundle)
+
+Parameters are edgecap.ros2.params.PARAMS. Signals are Python's (edgecap.io.stop_on_signals),
+not rclpy's: the executor spins in short slices, so SIGINT / SIGTERM end the node within a
+fraction of a second, exit 0, with the summary `edgecap run` prints.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from edgecap.errors import EdgecapError, MissingExtraError, did_you_mean
+
+from .params import BY_NAME, PARAMS, ParameterError, check_all
+
+SPIN_SLICE_S = 0.1                 # how long one executor wait may block a signal's handling
+WATCH_PERIOD_S = 1.0
+DETECTIONS_TOPIC_DEPTH = 10
+# ROS parameters every node has: not typos of ours
+COMMON_PARAMETERS = ("use_sim_time", "start_type_description_service", "qos_overrides")
+ANNOTATED_TOPIC = "edgecap/annotated"
+
+
+def relative(topic: str) -> str:
+    """The caption log's absolute topic names (edgecap.ros.captions) under the node's namespace."""
+    return topic.lstrip("/")
+
+
+def filled(msg, fields: dict):
+    """`msg` (a generated message object) with `fields` set, nested dicts into nested messages."""
+    for name, value in fields.items():
+        if isinstance(value, dict):
+            filled(getattr(msg, name), value)
+        else:
+            setattr(msg, name, value)
+    return msg
+
+
+def import_rclpy():
+    try:
+        import rclpy
+    except ImportError:
+        raise MissingExtraError("rclpy", "ros2", "or source a ROS 2 install: source "
+                                "/opt/ros/$ROS_DISTRO/setup.bash") from None
+    return rclpy
+
+
+def message_class(typename: str):
+    """rclpy's generated class for 'pkg/msg/Name'; ImportError when the package is missing."""
+    import importlib
+
+    package, _, name = typename.partition("/msg/")
+    return getattr(importlib.import_module(f"{package}.msg"), name)
+
+
+def caption_node_class():
+    """The rclpy Node subclass (defined here so that this module imports without rclpy)."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+    from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+    from rclpy.node import Node
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import String
+
+    from edgecap.ros.captions import ANNOTATIONS, STRING, to_ros
+    from edgecap.ros.images import COMPRESSED, IMAGE, bgr_to_image
+    from edgecap.runtime.mcap_sink import record_messages
+    from edgecap.runtime.records import Summary
+
+    from .detections import StampedObjects, json_objects, vision_objects
+    from .frames import FrameQueue
+    from .relay import CaptionRelay, ImageDecodeError, Refused
+    from .stats import CountedWarning, NodeStats
+
+    class CaptionNode(Node):
+        def __init__(self, bundle: str | None = None, context=None):
+            super().__init__("edgecap_captioner", context=context)
+            for p in PARAMS:
+                self.declare_parameter(p.name, p.default, ParameterDescriptor(
+                    description=p.doc, dynamic_typing=True, read_only=not p.live))
+            values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
+            if bundle is not None:
+                values["bundle"] = bundle
+            self.settings = check_all(values)
+            self._warn_unknown_parameters()
+            s = self.settings
+            if not s["bundle"]:
+                raise ParameterError("parameter bundle: set it to a bundle directory "
+                                     "(edgecap ros2 BUNDLE, -p bundle:=DIR or --params-file)")
+            from edgecap.runtime.captioner import Captioner
+
+            self.captioner = Captioner.from_bundle(s["bundle"], threads=s["threads"], spin=s["spin"])
+            if s["beam"]:
+                self._check_beam(s["beam"])
+            self.captioner.warm_up()
+
+            self.msgtype = COMPRESSED if s["compressed"] else IMAGE
+            self.queue = FrameQueue(s["qos_depth"])
+            reliability = (ReliabilityPolicy.RELIABLE if s["qos"] == "reliable"
+                           else ReliabilityPolicy.BEST_EFFORT)
+            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=s["qos_depth"],
+                             reliability=reliability, durability=DurabilityPolicy.VOLATILE)
+            self.image_sub = self.create_subscription(message_class(self.msgtype), s["image_topic"],
+                                                      self._on_image, qos)
+            self.image_topic = self.image_sub.topic_name
+            self.stats = NodeStats(Summary(f"ros2:{self.image_topic}"))
+            self.stats.summary.grabber = self.queue.stats
+            self.detections = None
+            coverage = None
+            if s["detections_topic"]:
+                coverage = self._subscribe_detections(s["detections_topic"], s["detections_format"])
+            self.relay = CaptionRelay(self.captioner, self.msgtype, f"ros2:{self.image_topic}",
+                                      s["allow_non_colour"], coverage)
+
+            # every publisher exists before the first frame, so subscribers can match at once
+            self.caption_types = {STRING}
+            try:
+                message_class(ANNOTATIONS)
+                self.caption_types.add(ANNOTATIONS)
+            except ImportError:
+                pass  # foxglove_msgs is not on PyPI; the annotated image carries the same marks
+            self.pubs = {relative(topic): self.create_publisher(message_class(typename), relative(topic), 10)
+                         for topic, typename in _caption_topics() if typename in self.caption_types}
+            self.annotated_pub = (self.create_publisher(Image, ANNOTATED_TOPIC, 10)
+                                  if s["publish_annotated"] else None)
+            self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+
+            self.skips = CountedWarning("skipped")
+            self.refusals = CountedWarning("refused")
+            self.started = time.monotonic()
+            self.last_image: float | None = None
+            self.warned: set[str] = set()          # the once-only warnings given
+            self.failure: BaseException | None = None
+            self.stop = threading.Event()
+            self.create_timer(s["diagnostics_period"], self._diagnose)
+            self.create_timer(WATCH_PERIOD_S, self._watch)
+            self.add_on_set_parameters_callback(self._on_set_parameters)
+            self.worker = threading.Thread(target=self._work, name="edgecap-captioner", daemon=True)
+            self.worker.start()
+            self.get_logger().info(
+                f"captioning {self.image_topic} ({self.msgtype}, {s['qos']} depth {s['qos_depth']}) "
+                f"with {s['bundle']} at up to {s['max_rate']:g}/s; captions on "
+                f"{self.pubs['edgecap/caption'].topic_name}")
+
+        # -- start-up --------------------------------------------------------------------
+        def _check_beam(self, beam: int) -> int:
+            try:
+                return self.captioner.check_beam(beam)
+            except EdgecapError as exc:
+                raise ParameterError(f"parameter beam: {exc}") from None
+
+        def _warn_unknown_parameters(self) -> None:
+            overrides = getattr(self, "_parameter_overrides", {}) or {}
+            for name in overrides:
+                if name not in BY_NAME and not name.startswith(COMMON_PARAMETERS):
+                    self.get_logger().warning(f"parameter {name!r} is not one of this node's; "
+                                              f"ignored{did_you_mean(name, BY_NAME)}")
+
+        def _subscribe_detections(self, topic: str, kind: str):
+            from edgecap.runtime.scoring import CoverageAnnotator
+
+            if kind == "vision_msgs":
+                try:
+                    cls = message_class("vision_msgs/msg/Detection2DArray")
+                except ImportError:
+                    raise EdgecapError("parameter detections_format: vision_msgs is not importable "
+                                       "(apt install ros-$ROS_DISTRO-vision-msgs; it is not on PyPI): "
+                                       "use detections_format:=json") from None
+                parse = vision_objects
+            else:
+                cls, parse = String, (lambda msg: json_objects(msg.data))
+            self.detections = StampedObjects()
+            self.detections_warning = CountedWarning("ignored detections in")
+            self.create_subscription(cls, topic, lambda msg: self._on_detections(msg, parse),
+                                     QoSProfile(history=HistoryPolicy.KEEP_LAST,
+                                                depth=DETECTIONS_TOPIC_DEPTH,
+                                                reliability=ReliabilityPolicy.BEST_EFFORT))
+            coverage = CoverageAnnotator(log=self.get_logger().warning)
+            coverage.warm_up()
+            return coverage
+
+        # -- callbacks (executor thread) ---------------------------------------------------
+        def _on_image(self, msg) -> None:
+            self.last_image = time.monotonic()
+            self.queue.put((msg, self.last_image, time.time_ns()))
+
+        def _on_detections(self, msg, parse) -> None:
+            try:
+                self.detections.add(*parse(msg))
+            except EdgecapError as exc:
+                line = self.detections_warning.note(str(exc))
+                if line:
+                    self.get_logger().warning(line)
+
+        def _on_set_parameters(self, params):
+            changes = {}
+            for param in params:
+                spec = BY_NAME.get(param.name)
+                if spec is None:
+                    continue
+                if not spec.live:
+                    return SetParametersResult(successful=False,
+                                               reason=f"parameter {param.name} is read only while running")
+                try:
+                    value = spec.check(param.value)
+                    if param.name == "beam" and value:
+                        self._check_beam(value)
+                except EdgecapError as exc:
+                    return SetParametersResult(successful=False, reason=str(exc))
+                changes[param.name] = value
+            self.settings.update(changes)
+            for name, value in changes.items():
+                self.get_logger().info(f"{name} is now {value}")
+            return SetParametersResult(successful=True)
+
+        def _watch(self) -> None:
+            """Until an image arrives: warn once when the topic's publishers use another type
+            (checked every tick, as publishers come and go), and once when none came in time."""
+            if self.last_image is not None:
+                return
+            types = sorted({info.topic_type for info in self.get_publishers_info_by_topic(self.image_topic)})
+            if types and self.msgtype not in types and "type" not in self.warned:
+                self.warned.add("type")
+                hint = ("compressed:=false" if IMAGE in types else
+                        "compressed:=true" if COMPRESSED in types else "image_topic to an image topic")
+                self.get_logger().warning(
+                    f"{self.image_topic} carries {', '.join(types)}, not {self.msgtype}: no image "
+                    f"can arrive; set {hint}")
+            waited = time.monotonic() - self.started
+            if waited >= self.settings["no_image_warning"] and "idle" not in self.warned:
+                self.warned.add("idle")
+                self.get_logger().warning(
+                    f"no image on {self.image_topic} after {waited:.1f} s "
+                    f"({self.count_publishers(self.image_topic)} publishers)")
+
+        def _diagnose(self) -> None:
+            s, stats = self.settings, self.stats
+            level, message = DiagnosticStatus.OK, "captioning"
+            if self.last_image is None:
+                level, message = DiagnosticStatus.WARN, f"no image on {self.image_topic} yet"
+            elif stats.refused and not stats.summary.captioned:
+                level, message = DiagnosticStatus.ERROR, "every frame refused (encoding)"
+            extra = {"bundle": str(s["bundle"]),
+                     "providers": ",".join(self.captioner.bundle.providers),
+                     "beam": str(s["beam"] or self.captioner.beam), "max_rate": f"{s['max_rate']:g}",
+                     "image_topic": self.image_topic, "qos": f"{s['qos']} depth {s['qos_depth']}"}
+            if self.detections is not None:
+                extra.update({f"detections_{k}": str(v) for k, v in self.detections.report().items()})
+            status = DiagnosticStatus(level=level, name=f"edgecap: {self.get_fully_qualified_name()}",
+                                      message=message, hardware_id=str(s["bundle"]),
+                                      values=[KeyValue(key=k, value=v) for k, v in stats.values(extra)])
+            array = DiagnosticArray(status=[status])
+            array.header.stamp = self.get_clock().now().to_msg()
+            self.diagnostics_pub.publish(array)
+
+        # -- the captioning thread --------------------------------------------------------
+        def _work(self) -> None:
+            last_take = float("-inf")
+            try:
+                while not self.stop.is_set():
+                    # sliced, so a max_rate change (or a stop) applies at once
+                    due = last_take + 1.0 / self.settings["max_rate"]
+                    if time.monotonic() < due:
+                        self.stop.wait(min(SPIN_SLICE_S, due - time.monotonic()))
+                        continue
+                    item = self.queue.take(timeout=SPIN_SLICE_S)
+                    if item is None:
+                        continue
+                    last_take = time.monotonic()
+                    self._caption(*item)
+            except Exception as exc:  # an engine failure: end the node with its one line
+                self.failure = exc
+                self.stop.set()
+
+        def _caption(self, msg, received: float, received_ns: int) -> None:
+            try:
+                frame = self.relay.frame(msg, received, received_ns)
+            except ImageDecodeError as exc:
+                self.queue.stats.skipped += 1
+                self._note(self.skips, str(exc))
+                return
+            except Refused as exc:
+                self.stats.refused += 1
+                self._note(self.refusals, str(exc))
+                return
+            if self.detections is not None:
+                self.relay.attach(frame, self.detections.match(
+                    frame.stamp.header_ns, self.settings["stamp_tolerance"],
+                    self.settings["detections_wait"]))
+            for record in self.relay.caption([frame], self.settings["beam"] or None):
+                self.stats.add(record)
+                self._publish(record)
+
+        def _note(self, warning, reason: str) -> None:
+            line = warning.note(reason)
+            if line:
+                self.get_logger().warning(line)
+
+        def _publish(self, record) -> None:
+            _, messages = record_messages(record)
+            for topic, typename, fields in messages:
+                pub = self.pubs.get(relative(topic))
+                if pub is not None:
+                    pub.publish(to_ros(fields, typename, message_class))
+            if self.annotated_pub is not None and self.annotated_pub.get_subscription_count():
+                from edgecap.runtime.overlay import annotate
+
+                header_ns = record.stamps_ns()[0]
+                fields = bgr_to_image(annotate(record, min_width=0), header_ns,
+                                      record.frame.stamp.frame_id, encoding="bgr8")
+                self.annotated_pub.publish(filled(Image(), fields))
+
+        def close(self) -> None:
+            self.stop.set()
+            self.queue.wake()
+            self.worker.join(timeout=5.0)
+
+    return CaptionNode
+
+
+def _caption_topics():
+    from edgecap.ros.captions import (
+        ANNOTATIONS,
+        ANNOTATIONS_TOPIC,
+        CAPTION_TOPIC,
+        RECORD_TOPIC,
+        STRING,
+    )
+
+    return ((CAPTION_TOPIC, STRING), (RECORD_TOPIC, STRING), (ANNOTATIONS_TOPIC, ANNOTATIONS))
+
+
+def run_node(ros_args: list[str], bundle: str | None = None, out=None) -> int:
+    """Start rclpy with `ros_args` (argv-style, `--ros-args ...` passed through), run the node
+    until SIGINT / SIGTERM, print the summary; the exit status. EdgecapError for start-up errors."""
+    from edgecap.io import stop_on_signals
+
+    rclpy = import_rclpy()
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    out = sys.stdout if out is None else out
+    stop = threading.Event()
+    context = rclpy.Context()
+    try:
+        rclpy.init(args=ros_args, context=context, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as exc:  # rclpy's argument parser raises its own RCLError types
+        raise EdgecapError(f"ROS arguments {' '.join(ros_args)!r}: {exc}") from None
+    node = executor = None
+    try:
+        with stop_on_signals(stop):
+            node = caption_node_class()(bundle, context=context)
+            executor = SingleThreadedExecutor(context=context)
+            executor.add_node(node)
+            while not stop.is_set() and not node.stop.is_set() and context.ok():
+                executor.spin_once(timeout_sec=SPIN_SLICE_S)
+    finally:
+        if node is not None:
+            node.close()
+            if executor is not None:
+                executor.shutdown(timeout_sec=1.0)
+            node.destroy_node()
+        context.try_shutdown()
+    if node.failure is not None:
+        raise EdgecapError(f"captioning failed: {node.failure}")
+    summary = node.stats.summary
+    summary.stopped_by = "signal" if stop.is_set() else "ROS shutdown"
+    print(summary.human(), file=out)
+    if node.stats.refused:
+        print(f"  {node.stats.refused} frames refused (encoding)", file=out)
+    if node.detections is not None:
+        report = node.detections.report()
+        print(f"  detections: {report['received']} received; frames with objects "
+              f"{report['matched_frames']}, without {report['unmatched_frames']}", file=out)
+    out.flush()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m edgecap.ros2.node --ros-args ...`: argv as rclpy takes it."""
+    argv = sys.argv if argv is None else argv
+    try:
+        return run_node(list(argv))
+    except EdgecapError as exc:
+        print(f"edgecap ros2: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # a second Ctrl-C while stopping
+        print("edgecap ros2: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

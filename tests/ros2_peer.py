@@ -1,0 +1,210 @@
+"""The other processes of the live ROS 2 tests (tests/test_ros2_live.py): a camera that publishes
+frames of the synthetic world (and their detections), a listener that collects what the node
+publishes, and a parameter client. Each prints one JSON object on stdout when done.
+
+    python tests/ros2_peer.py publish --topic /raw/image_raw --encoding rgb8 --count 5
+    python tests/ros2_peer.py listen --ns /raw --ns /jpeg --records 10 --seconds 30
+    python tests/ros2_peer.py set --node /edgecap_captioner beam=3 max_rate=2.5
+    python tests/ros2_peer.py hashes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import rclpy
+from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from edgecap.ros.images import bgr_to_compressed, bgr_to_image, time_msg
+from edgecap.ros2.node import filled
+
+BASE_STAMP_NS = 1_700_000_000_000_000_000
+
+
+def qos(kind: str, depth: int) -> QoSProfile:
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth,
+                      reliability=ReliabilityPolicy.RELIABLE if kind == "reliable"
+                      else ReliabilityPolicy.BEST_EFFORT)
+
+
+def frame(index: int, width: int, height: int, seed: int):
+    """A synthetic-world frame resized to width x height, and its objects in those pixels."""
+    import cv2
+
+    from edgecap.data.synth.world import TabletopWorld
+
+    world = TabletopWorld(seed=seed, size=96)
+    image, objects = world.render_frame(index * world.scene_frames)
+    sx, sy = width / 96, height / 96
+    image = cv2.resize(image, (width, height), interpolation=cv2.INTER_LINEAR)
+    scaled = [{"class": o["class"], "box": [o["box"][0] * sx, o["box"][1] * sy,
+                                            o["box"][2] * sx, o["box"][3] * sy]} for o in objects]
+    return image, scaled
+
+
+def wait_for_subscribers(node: Node, topic: str, count: int, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while node.count_subscribers(topic) < count:
+        if time.monotonic() > end:
+            raise SystemExit(f"ros2_peer: no subscriber on {topic} after {timeout:.0f} s")
+        rclpy.spin_once(node, timeout_sec=0.05)
+    time.sleep(0.5)  # the subscriber's side of the match may lag its announcement
+
+
+def publish(args) -> dict:
+    from sensor_msgs.msg import CompressedImage, Image
+    from std_msgs.msg import String
+
+    node = Node("ros2_peer_camera")
+    compressed = args.encoding in ("jpeg", "png")
+    pub = node.create_publisher(CompressedImage if compressed else Image, args.topic,
+                                qos(args.qos, args.depth))
+    det_pub = node.create_publisher(String, args.detections, 10) if args.detections else None
+    wait_for_subscribers(node, args.topic, args.subscribers)
+    sent = []
+    period = 1.0 / args.rate
+    start = time.monotonic()
+    for i in range(args.count):
+        image, objects = frame(i + args.first, args.width, args.height, args.seed)
+        stamp = BASE_STAMP_NS + (i + args.first) * 200_000_000
+        if det_pub is not None and i % args.detect_every == 0:
+            det_pub.publish(String(data=json.dumps({"stamp": time_msg(stamp + args.detect_offset_ns),
+                                                    "objects": objects})))
+        if compressed:
+            msg = filled(CompressedImage(), bgr_to_compressed(image, stamp, "camera", args.encoding))
+        elif args.encoding == "16UC1":
+            depth = (image[:, :, 0].astype(np.uint16) * 40)
+            msg = filled(Image(), {"header": {"stamp": time_msg(stamp), "frame_id": "camera"},
+                                   "height": args.height, "width": args.width, "encoding": "16UC1",
+                                   "is_bigendian": 0, "step": args.width * 2, "data": depth.tobytes()})
+        else:
+            msg = filled(Image(), bgr_to_image(image, stamp, "camera", args.encoding))
+        pub.publish(msg)
+        sent.append({"stamp_ns": stamp, "objects": objects if i % args.detect_every == 0 else None})
+        time.sleep(max(0.0, start + (i + 1) * period - time.monotonic()))
+    time.sleep(args.linger)
+    return {"sent": sent}
+
+
+def listen(args) -> dict:
+    from diagnostic_msgs.msg import DiagnosticArray
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import String
+
+    node = Node("ros2_peer_listener")
+    got: dict = {"records": {}, "captions": {}, "annotated": {}, "diagnostics": {}}
+    for ns in args.ns:
+        for key in ("records", "captions", "annotated"):
+            got[key][ns] = []
+        node.create_subscription(String, f"{ns}/edgecap/record",
+                                 lambda m, ns=ns: got["records"][ns].append(json.loads(m.data)), 100)
+        node.create_subscription(String, f"{ns}/edgecap/caption",
+                                 lambda m, ns=ns: got["captions"][ns].append(m.data), 100)
+        node.create_subscription(Image, f"{ns}/edgecap/annotated", lambda m, ns=ns: got["annotated"][ns].append(
+            {"stamp_ns": m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec,
+             "width": m.width, "height": m.height, "encoding": m.encoding}), 100)
+
+    def on_diagnostics(msg):
+        for status in msg.status:
+            got["diagnostics"][status.name] = {"level": int.from_bytes(status.level, "little")
+                                               if isinstance(status.level, bytes) else int(status.level),
+                                               "message": status.message,
+                                               "values": {kv.key: kv.value for kv in status.values}}
+
+    node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
+    end = time.monotonic() + 30.0
+    while any(node.count_publishers(f"{ns}/edgecap/record") == 0 for ns in args.ns):
+        if time.monotonic() > end:
+            raise SystemExit("ros2_peer: the node's publishers never appeared")
+        rclpy.spin_once(node, timeout_sec=0.05)
+    print("listening", file=sys.stderr, flush=True)
+    end = time.monotonic() + args.seconds
+    while time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=0.05)
+        if args.records and sum(len(v) for v in got["records"].values()) >= args.records:
+            end = min(end, time.monotonic() + args.after)
+    return got
+
+
+def set_parameters(args) -> dict:
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import Parameter
+
+    node = Node("ros2_peer_parameters")
+    client = node.create_client(SetParameters, f"{args.node}/set_parameters")
+    if not client.wait_for_service(timeout_sec=30.0):
+        raise SystemExit(f"ros2_peer: no {args.node}/set_parameters service")
+    results = []
+    for item in args.assignments:
+        name, _, text = item.partition("=")
+        value = json.loads(text)
+        request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+        future = client.call_async(request)
+        rclpy.spin_until_future_complete(node, future, timeout_sec=30.0)
+        result = future.result().results[0]
+        results.append({"name": name, "successful": result.successful, "reason": result.reason})
+    return {"results": results}
+
+
+def hashes(args) -> dict:
+    """{type: the RIHS01 hash the ROS 2 graph announces for a publisher of it}."""
+    import importlib
+
+    node = Node("ros2_peer_hashes")
+    out = {}
+    for i, typename in enumerate(args.types):
+        package, _, name = typename.partition("/msg/")
+        cls = getattr(importlib.import_module(f"{package}.msg"), name)
+        topic = f"/ros2_peer_hash_{i}"
+        node.create_publisher(cls, topic, 1)
+        info = node.get_publishers_info_by_topic(topic)
+        out[typename] = str(info[0].topic_type_hash)
+    return {"hashes": out}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("publish")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--encoding", default="rgb8")
+    p.add_argument("--count", type=int, default=3)
+    p.add_argument("--first", type=int, default=0)
+    p.add_argument("--rate", type=float, default=5.0)
+    p.add_argument("--width", type=int, default=96)
+    p.add_argument("--height", type=int, default=96)
+    p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--qos", default="sensor_data")
+    p.add_argument("--depth", type=int, default=10)
+    p.add_argument("--subscribers", type=int, default=1)
+    p.add_argument("--detections", default="")
+    p.add_argument("--detect-every", type=int, default=1)
+    p.add_argument("--detect-offset-ns", type=int, default=0)
+    p.add_argument("--linger", type=float, default=0.5)
+    p = sub.add_parser("listen")
+    p.add_argument("--ns", action="append", default=[])
+    p.add_argument("--records", type=int, default=0)
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--after", type=float, default=1.5, help="keep listening this long after --records")
+    p = sub.add_parser("set")
+    p.add_argument("--node", required=True)
+    p.add_argument("assignments", nargs="+")
+    p = sub.add_parser("hashes")
+    p.add_argument("types", nargs="+")
+    args = parser.parse_args()
+    rclpy.init()
+    try:
+        result = {"publish": publish, "listen": listen, "set": set_parameters, "hashes": hashes}[args.mode](args)
+    finally:
+        rclpy.try_shutdown()
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
