@@ -197,10 +197,14 @@ def test_exports_without_cumprod_and_carries_the_clustering_state(tmp_path, run_
     parity = manifest["parity"]["onnxruntime"]
     assert parity["passed"] and parity["beam_identical"] == 1.0
     layers = range(model.cfg.dec_layers)
-    assert manifest["state"]["cache_names"] == [f"{n}.{i}" for n in ("self_k", "self_v", "clu_a", "clu_u") for i in layers]
+    cache = manifest["state"]["cache"]
+    assert [t["name"] for t in cache] == ["self_k", "self_v", "clu_a", "clu_u"]
+    assert all(t["per_layer"] for t in cache) and manifest["state"]["layers"] == len(layers)
+    step_inputs = [t["name"] for t in manifest["graphs"][-1]["inputs"]]
+    assert [f"{n}.{i}" for n in ("self_k", "self_v", "clu_a", "clu_u") for i in layers] == step_inputs[2:2 + 4 * len(layers)]
     # the step returns one new slot of each: keys [R, H, dh, 1], values [R, H, 1, dh], a / u [R, 1]
     outputs = {t["name"]: t["shape"] for t in manifest["graphs"][-1]["outputs"]}
-    assert outputs["clu_a.0.new"] == [4, 1] and manifest["state"]["cache_slot_axes"][-1] == 1
+    assert outputs["clu_a.0.new"] == [4, 1] and cache[-1]["slot_axis"] == 1
     for name in ("encoder.onnx", "decoder_step.onnx"):
         ops = {n.op_type for n in onnx.load(str(tmp_path / "bundle" / name)).graph.node}
         assert not ops & {"CumProd", "CumSum", "If", "Loop", "Scan", "NonZero"}, (name, ops)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgecap.contract.state import StateDescription
 from edgecap.errors import EdgecapError
 from edgecap.jsonio import read_json
 
@@ -28,7 +29,9 @@ FORMAT = "edgecap-bundle"
 # 3: the decoder step's contract (per-layer state tensors, new-slot step outputs, TopK outputs,
 # cross tensors at the image batch); a version-2 step graph returns the whole cache, which this
 # runtime does not drive, so versions 1 and 2 are refused with "re-export".
-FORMAT_VERSION = 3
+# 4: `state` is the model's state description (per tensor: name, batch axis, slot axis, per
+# layer), no longer parallel lists of graph names and axes.
+FORMAT_VERSION = 4
 CROPS = ("none", "center")
 MANIFEST_NAME = "manifest.json"
 
@@ -226,49 +229,43 @@ class Preprocessing:
         )
 
 
-@dataclass
-class DecodingState:
-    """How the encoder's cross tensors and the decoder's cache are laid out.
+@dataclass(frozen=True)
+class DecodingState(StateDescription):
+    """The model's state description (edgecap.contract.state) as the bundle's graphs take it.
 
-    The step graph reads every cache tensor and returns, for each, `cache_outputs[i]`: the new
-    position's slot along `cache_slot_axes[i]` (the runtime writes it into slot `step` in
-    place), or the whole new tensor where that axis is null. Cross tensors stay at the image
-    batch; the beams of an image are consecutive step rows. With `top_k` > 0 the step also
-    returns the `top_k` best tokens of every row (top_logprobs, top_tokens).
+    The step graph reads every cache tensor and returns, for each, `<name>.new`: the new
+    position's slot along its slot axis (the runtime writes it into slot `step` in place), or
+    the whole new tensor where that axis is null. Cross tensors stay at the image batch; the
+    beams of an image are consecutive step rows. With `top_k` > 0 the step also returns the
+    `top_k` best tokens of every row (top_logprobs, top_tokens).
     """
 
-    cross_names: list[str]
-    cross_batch_axes: list[int]
-    cache_names: list[str]
-    cache_outputs: list[str]
-    cache_batch_axis: int = 0
-    cache_slot_axes: list = field(default_factory=list)  # int or None per cache tensor
     top_k: int = 0
-    encode_extra_names: list[str] = field(default_factory=list)  # encoder inputs after features, mask
+    encode_extra_names: tuple[str, ...] = ()  # encoder inputs after features, mask
 
     @classmethod
     def from_dict(cls, data: dict, where: str) -> DecodingState:
-        state = cls(
-            cross_names=_need(data, "cross_names", list, where),
-            cross_batch_axes=_need(data, "cross_batch_axes", list, where),
-            cache_names=_need(data, "cache_names", list, where),
-            cache_outputs=_need(data, "cache_outputs", list, where),
-            cache_batch_axis=_need(data, "cache_batch_axis", int, where),
-            cache_slot_axes=_need(data, "cache_slot_axes", list, where),
-            top_k=_opt(data, "top_k", int, where, 0),
-            encode_extra_names=_opt(data, "encode_extra_names", list, where, []),
-        )
-        if len(state.cross_names) != len(state.cross_batch_axes):
-            raise ManifestError(f"{where}.cross_batch_axes: {len(state.cross_batch_axes)} axes for {len(state.cross_names)} cross tensors")
-        for key in ("cache_outputs", "cache_slot_axes"):
-            if len(getattr(state, key)) != len(state.cache_names):
-                raise ManifestError(f"{where}.{key}: {len(getattr(state, key))} entries for {len(state.cache_names)} cache tensors")
-        for i, axis in enumerate(state.cache_slot_axes):
-            if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int) or axis < 0):
-                raise ManifestError(f"{where}.cache_slot_axes[{i}]: {axis!r}, expected an axis (integer >= 0) or null")
-        if state.top_k < 0:
-            raise ManifestError(f"{where}.top_k: {state.top_k}, expected >= 0")
-        return state
+        try:
+            described = StateDescription.from_dict(data, where)
+        except EdgecapError as exc:
+            raise ManifestError(str(exc)) from None
+        top_k = _opt(data, "top_k", int, where, 0)
+        if top_k < 0:
+            raise ManifestError(f"{where}.top_k: {top_k}, expected >= 0")
+        extra = _opt(data, "encode_extra_names", list, where, [])
+        return cls(described.cache, described.cross, described.layers, top_k, tuple(extra))
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "top_k": self.top_k, "encode_extra_names": list(self.encode_extra_names)}
+
+    @property
+    def cache_names(self) -> list[str]:
+        """The graph's cache tensors (per-layer ones once per layer)."""
+        return self.graph_names("cache")
+
+    @property
+    def cross_names(self) -> list[str]:
+        return self.graph_names("cross")
 
 
 @dataclass
@@ -379,7 +376,7 @@ class Manifest:
         return next((g for g in self.graphs if g.role == role and g.engine == engine), None)
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {**asdict(self), "state": self.state.to_dict()}
         # `format` first so a reader sees what the file is at a glance
         return {"format": data.pop("format"), **data}
 

@@ -29,6 +29,7 @@ import math
 import torch
 from torch import nn
 
+from edgecap.contract.state import cache_tensor
 from edgecap.errors import EdgecapError
 from edgecap.models.attention.base import MultiHeadAttention, slots_before
 from edgecap.models.registry import DECODER_SELF_ATTENTION, ENCODER_ATTENTION
@@ -95,7 +96,8 @@ class _ClusteringBase(MultiHeadAttention):
 class ClusteringSelfAttention(_ClusteringBase):
     """1-D clustering over the words generated so far (causal)."""
 
-    cache_fields = ("clu_a", "clu_u")  # per layer [B, T]: a and u of every position
+    # per layer [R, T]: a and u of every position, one new slot per step
+    cache_state = (cache_tensor("clu_a", 0, slot_axis=1), cache_tensor("clu_u", 0, slot_axis=1))
 
     def init_extra_cache(self, batch, length, device):
         return torch.zeros(batch, length, device=device), torch.zeros(batch, length, device=device)
