@@ -30,10 +30,12 @@ from edgecap.models.config import CaptionerConfig
 from edgecap.models.registry import VISUAL
 
 
-class Captioner(nn.Module):
+class CaptionModel(nn.Module):
     # Inputs `encode` takes after (feats, mask), batch first (RA-T: retrieved caption tokens).
     encode_extra_names: tuple[str, ...] = ()
     state: StateDescription  # set by each family's __init__
+    # the export spec (edgecap.export.specs.EXPORT_SPECS) that exports this model
+    export_spec = ""
 
     def __init__(self, cfg: CaptionerConfig):
         super().__init__()
@@ -52,6 +54,10 @@ class Captioner(nn.Module):
     def cross_batch_axes(self) -> tuple[int, ...]:
         """Per cross tensor, its batch axis in the model's (layer-stacked) tensor."""
         return tuple(t.model_axis(t.batch_axis) for t in self.state.cross)
+
+    def describe(self) -> dict[str, str]:
+        """`edgecap models`' columns: the layers, and what the family adds ("-" for nothing)."""
+        raise NotImplementedError
 
     def encode(self, feats: torch.Tensor, mask: torch.Tensor, *extra: torch.Tensor) -> tuple[torch.Tensor, ...]:
         raise NotImplementedError

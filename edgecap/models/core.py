@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgecap.contract.state import StateDescription, cache_tensor, cross_tensor
-from edgecap.models.captioner import Captioner
+from edgecap.models.captioner import CaptionModel
 from edgecap.models.registry import (
     CROSS_ATTENTION,
     DECODER_SELF_ATTENTION,
@@ -122,7 +122,7 @@ class DecoderLayer(nn.Module):
 
 
 @DECODERS.register("transformer")
-class TransformerCaptioner(Captioner):
+class TransformerCaptioner(CaptionModel):
     # Per decoder layer: self-attention keys [R, H, dh, T] and values [R, H, T, dh] (keys
     # transposed, as attention reads them), one new slot per step.
     CACHE = (cache_tensor("self_k", 0, slot_axis=3), cache_tensor("self_v", 0, slot_axis=2))
@@ -151,6 +151,17 @@ class TransformerCaptioner(Captioner):
                                       cross=(*self.CROSS, *self.side_state), layers=cfg.dec_layers)
         if self.side is not None:
             self.encode_extra_names = tuple(self.side.input_names)
+        self.export_spec = attention.export_spec or "transformer"
+
+    def describe(self) -> dict[str, str]:
+        cfg, parts = self.cfg, []
+        for registry, name in ((ENCODER_ATTENTION, cfg.encoder_attention),
+                               (DECODER_SELF_ATTENTION, cfg.decoder_self_attention),
+                               (CROSS_ATTENTION, cfg.cross_attention)):
+            part = registry.get(name).describe(cfg)
+            if part and part not in parts:
+                parts.append(part)
+        return {"layers": f"{cfg.enc_layers}+{cfg.dec_layers}", "memory": ", ".join(parts) or "-"}
 
     def encode_extra_example(self, batch: int):
         return () if self.side is None else self.side.example_inputs(batch, self.fc.weight.device)

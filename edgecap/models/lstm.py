@@ -13,12 +13,12 @@ from torch.nn import functional as F
 
 from edgecap.contract.state import StateDescription, cache_tensor, cross_tensor
 from edgecap.models.attention.base import MASK_VALUE
-from edgecap.models.captioner import Captioner
+from edgecap.models.captioner import CaptionModel
 from edgecap.models.registry import DECODERS
 
 
 @DECODERS.register("lstm")
-class UpDownCaptioner(Captioner):
+class UpDownCaptioner(CaptionModel):
     # cache: per LSTM (attention, language) [B, hidden], replaced whole every step;
     # cross: feats [B, N, d], att_feats [B, N, a], mean_feat [B, d], enc_mask [B, N]
     STATE = StateDescription(
@@ -26,6 +26,8 @@ class UpDownCaptioner(Captioner):
         cross=tuple(cross_tensor(name, 0) for name in ("feats", "att_feats", "mean_feat", "enc_mask")),
         layers=2,
     )
+
+    export_spec = "lstm"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -40,6 +42,9 @@ class UpDownCaptioner(Captioner):
         self.att_w = nn.Linear(att, 1)
         self.dropout = nn.Dropout(cfg.dropout)
         self.fc = nn.Linear(hid, cfg.vocab_size)
+
+    def describe(self) -> dict[str, str]:
+        return {"layers": "2 LSTM", "memory": "-"}
 
     def encode(self, feats, mask, *extra):
         self.check_extra(extra)

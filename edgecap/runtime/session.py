@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search, row_top_k
+from edgecap.contract.manifest import Manifest, load_manifest
 from edgecap.contract.state import CACHE_OUT_SUFFIX
 from edgecap.errors import EdgecapError, require
 
 from .engines import OrtGraph, TrtGraph
-from .manifest import Manifest, load_manifest
 
 
 class _CacheGroup:
@@ -219,10 +219,7 @@ class Bundle:
     @property
     def preprocessing(self) -> dict:
         pre = self.manifest.preprocessing
-        return {} if pre is None else {
-            "size": pre.size, "resize": pre.resize, "mean": list(pre.mean), "std": list(pre.std),
-            "channel_order": pre.channel_order, "crop": pre.crop, "resize_size": pre.resize_size,
-        }
+        return {} if pre is None else pre.to_dict()
 
     @property
     def decoding(self) -> dict:
@@ -284,18 +281,7 @@ class Bundle:
 
     def captions(self, hyp: Hypotheses) -> list[str]:
         """The best hypothesis of each image as text (specials dropped, up to EOS)."""
-        special = {self.pad_id, self.bos_id}
-        out = []
-        for row in np.asarray(hyp.tokens)[:, 0]:
-            words = []
-            for token in row:
-                token = int(token)
-                if token == self.eos_id:
-                    break
-                if token not in special:
-                    words.append(self.itos[token])
-            out.append(" ".join(words))
-        return out
+        return [" ".join(self.manifest.vocab.decode(row)) for row in np.asarray(hyp.tokens)[:, 0]]
 
 
 def _importable(module: str) -> bool:

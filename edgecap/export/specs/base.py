@@ -1,4 +1,4 @@
-"""The shared part of every export spec: three graphs over the Captioner interface.
+"""The shared part of every export spec: three graphs over the CaptionModel interface (models/captioner.py).
 
     visual        images [B, 3, H, W] float32            -> features [B, N, D_in], mask [B, N] bool
     encoder       features [B, N, D_in], mask [B, N], and the model's extra encode inputs
@@ -24,10 +24,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from edgecap.contract.preprocess import Preprocessing
 from edgecap.contract.state import CACHE_OUT_SUFFIX
+from edgecap.models.registry import Registry
 
 TOKEN, STEP, LOGPROBS = "token", "step", "logprobs"
 TOP_LOGPROBS, TOP_TOKENS = "top_logprobs", "top_tokens"
+# name (a model's `export_spec`) -> spec class; every module of this package registers its own
+EXPORT_SPECS = Registry("export spec", ("edgecap.export.specs",))
 
 
 def split_layers(tensors, described) -> list:
@@ -98,7 +102,6 @@ class _Step(nn.Module):
 class ExportSpec:
     """What to export for one model at a static (batch, beam)."""
 
-    decoder = ""
     visual_atol = 1e-3
     encoder_atol = 1e-4
     step_atol = 1e-4
@@ -122,19 +125,14 @@ class ExportSpec:
     def takes_images(self) -> bool:
         return bool(getattr(self.model.visual, "takes_images", False))
 
-    def state(self) -> dict:
-        """The manifest's `state`: the model's own state description, the step's TopK width
-        and the encoder's extra inputs."""
-        return {**self.model.state.to_dict(), "top_k": self.top_k, "encode_extra_names": list(self.extra_names)}
-
     def flat_cross(self, cross) -> list:
         """The model's cross tensors as the encoder graph outputs them (layers apart)."""
         return split_layers(cross, self.model.state.cross)
 
-    def preprocessing(self) -> dict | None:
+    def preprocessing(self) -> Preprocessing | None:
         if not self.takes_images:
             return None
-        return self.cfg.visual.preprocessing()
+        return Preprocessing.from_mapping(self.cfg.visual.preprocessing())
 
     def frontend(self) -> dict:
         """The manifest's `frontend` record for a real-size front end ({} for the others):

@@ -61,6 +61,11 @@ def ungroup_rows(out: torch.Tensor, rows: int, length: int) -> torch.Tensor:
 @ENCODER_ATTENTION.register("plain")
 @DECODER_SELF_ATTENTION.register("plain")
 class MultiHeadAttention(nn.Module):
+    @classmethod
+    def describe(cls, cfg) -> str:
+        """What this variant adds, for `edgecap models` ("" for nothing)."""
+        return ""
+
     def __init__(self, d_model: int, n_heads: int, cfg=None):
         super().__init__()
         self.d_model, self.n_heads = d_model, n_heads
@@ -166,6 +171,8 @@ class MultiHeadAttention(nn.Module):
     # tensors its side encoder makes, in the order `init_extra_cache` / `project_side` give them.
     cache_state: tuple[StateTensor, ...] = ()
     cross_state: tuple[StateTensor, ...] = ()
+    # the export spec a model with this variant needs ("": its decoder's own)
+    export_spec = ""
 
     @classmethod
     def side_encoder(cls, cfg):

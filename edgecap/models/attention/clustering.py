@@ -73,6 +73,10 @@ def accumulate(c: torch.Tensor, carry):
 
 
 class _ClusteringBase(MultiHeadAttention):
+    @classmethod
+    def describe(cls, cfg) -> str:
+        return "clustering"
+
     def __init__(self, d_model: int, n_heads: int, cfg):
         super().__init__(d_model, n_heads, cfg)
         self.norm_s = nn.LayerNorm(d_model)
