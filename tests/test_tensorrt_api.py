@@ -13,20 +13,13 @@ from onnx import TensorProto, helper, numpy_helper
 from edgecap.contract.manifest import ManifestError
 from edgecap.errors import EdgecapError
 from edgecap.export.compat import check_graph
-
-
-def _fake_trt(version: str, **classes):
-    module = types.ModuleType("tensorrt")
-    module.__version__ = version
-    for name, cls in classes.items():
-        setattr(module, name, cls)
-    return module
+from tests.conftest import fake_tensorrt
 
 
 def test_an_unsupported_tensorrt_is_one_line(monkeypatch):
     from edgecap.runtime.engines import tensorrt_module
 
-    monkeypatch.setitem(sys.modules, "tensorrt", _fake_trt("8.6.1"))
+    monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt("8.6.1"))
     with pytest.raises(EdgecapError) as err:
         tensorrt_module("--engine trt")
     assert str(err.value) == ('TensorRT 8.6.1 is not supported (--engine trt): edgecap builds and runs engines '
@@ -37,10 +30,10 @@ def test_export_refuses_an_unsupported_tensorrt_and_the_calibrator_on_11(run_cli
     from tests._export_util import save_tiny
 
     ckpt = save_tiny(tmp_path / "m.pt", "smart")
-    monkeypatch.setitem(sys.modules, "tensorrt", _fake_trt("12.0.0"))
+    monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt("12.0.0"))
     code, _, err = run_cli("export", ckpt, "--engine", "trt", "--out", tmp_path / "b")
     assert code == 1 and "TensorRT 12.0.0 is not supported" in err and len(err.strip().splitlines()) == 1
-    monkeypatch.setitem(sys.modules, "tensorrt", _fake_trt("11.4.0.106"))
+    monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt("11.4.0.106"))
     code, _, err = run_cli("export", ckpt, "--engine", "trt", "--precision", "int8", "--int8-mode", "calibrator",
                            "--out", tmp_path / "b")
     assert code == 1 and "--int8-mode calibrator needs TensorRT 10" in err and "use --int8-mode qdq" in err

@@ -4,7 +4,6 @@ downloaded release bindings where cached (benchmarks/trt_api_check.py)."""
 
 import importlib.util
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from _trt_api import api_uses, missing_api, missing_cuda_api  # noqa: E402
+
+from tests.conftest import fake_tensorrt  # noqa: E402
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
 HAS_CUDA = importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings") is not None
@@ -33,14 +34,6 @@ def test_the_uses_are_read_from_the_tensorrt_code():
     assert uses["cudart.cudaMemcpyAsync"].positional == 5
 
 
-def _fake_trt(version: str, **classes):
-    module = types.ModuleType("tensorrt")
-    module.__version__ = version
-    for name, cls in classes.items():
-        setattr(module, name, cls)
-    return module
-
-
 def test_missing_api_names_the_use_and_what_is_wrong():
     class ExecutionContext:
         def execute_async_v3(self, stream_handle):
@@ -49,13 +42,13 @@ def test_missing_api_names_the_use_and_what_is_wrong():
         def set_tensor_address(self, name):
             """set_tensor_address(self: tensorrt.IExecutionContext, name: str) -> bool"""
 
-    problems = missing_api(_fake_trt("11.4.0", IExecutionContext=ExecutionContext))
+    problems = missing_api(fake_tensorrt("11.4.0", IExecutionContext=ExecutionContext))
     text = "\n".join(problems)
     assert "IExecutionContext.execute_async_v3" not in text  # present, one argument
     assert "IExecutionContext.set_tensor_address (engines.py:" in text and "documented as (name)" in text
     assert "tensorrt.Builder (tensorrt.py:" in text and ": missing" in text
     assert "IInt8EntropyCalibrator2" not in text  # 10 only: not asked of an 11
-    assert any("IInt8EntropyCalibrator2" in p for p in missing_api(_fake_trt("10.3.0")))
+    assert any("IInt8EntropyCalibrator2" in p for p in missing_api(fake_tensorrt("10.3.0")))
 
 
 @pytest.mark.skipif(not HAS_TRT, reason="tensorrt is not installed (pip install 'edgecap[trt]' on a GPU machine)")
