@@ -26,17 +26,17 @@ QUICK_SCHEMES = (WeightOnly(8, 256, 4), WeightOnly(4, 32, 0))
 def requantized(roots: dict[str, Path], out: Path, scheme: WeightOnly) -> Path:
     """The dynamic int8 bundle `roots["int8"]` copied to `out` with its decoder step replaced by
     the fp32 bundle's (`roots["fp32"]`) quantized with `scheme`, as `--quantize weight-only` exports."""
-    from edgecap.export.bundle import _write_manifest
+    from edgecap.contract.manifest import load_manifest
     from edgecap.export.quantize import quantize_weight_only
-    from edgecap.runtime.manifest import load_manifest, sha256_file
+    from edgecap.io import sha256_file
 
     shutil.copytree(roots["int8"], out)
-    data = load_manifest(out).to_dict()
-    entry = next(g for g in data["graphs"] if g["role"] == "decoder_step")
+    manifest = load_manifest(out)
+    entry = manifest.graph("decoder_step")
     # a 4-bit step keeps the entry's "int8": the manifest knows no int4, and only these timings read it
-    quantize_weight_only(roots["fp32"] / entry["file"], out / entry["file"], scheme)
-    entry["sha256"] = sha256_file(out / entry["file"])
-    _write_manifest(out, data)
+    quantize_weight_only(roots["fp32"] / entry.file, out / entry.file, scheme)
+    entry.sha256 = sha256_file(out / entry.file)
+    manifest.write(out)
     return out
 
 

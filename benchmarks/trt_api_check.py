@@ -7,7 +7,7 @@ classes calls none of their functions, so it imports against empty stand-ins of 
 libraries (compiled here with `cc`, exporting the entry points the bindings link to). The
 module is then the real one: its classes, methods, properties, enum members and the
 signatures pybind11 wrote into the docstrings. Every TensorRT use edgecap's source makes
-(`edgecap.export.trt_api.api_uses`) is checked against it, each release in its own process.
+(`benchmarks/_trt_api.py`'s `api_uses`) is checked against it, each release in its own process.
 The same for cuda-python's runtime module (`cuda-bindings` wheels import without a GPU).
 
     python benchmarks/trt_api_check.py --download 10.0.1 10.3.0 10.16.1.11 11.0.0.114 11.4.0.106 \
@@ -49,7 +49,8 @@ STUB_LIBS = ("nvinfer", "nvonnxparser", "nvinfer_plugin")
 CHILD = """
 import json, os, sys
 sys.setdlopenflags(os.RTLD_LAZY)  # a stand-in misses an entry point: fail only if called
-from edgecap.export import trt_api
+sys.path.insert(0, sys.argv.pop(3))  # benchmarks/, for _trt_api
+import _trt_api as trt_api
 sources = sys.argv[3:] or trt_api.SOURCES
 if sys.argv[1] == "tensorrt":
     import importlib
@@ -118,7 +119,9 @@ def run_child(kind: str, module: str, pythonpath: Path, libs: Path | None, sourc
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pythonpath), *filter(None, [os.environ.get("PYTHONPATH")])]))
     if libs is not None:
         env["LD_LIBRARY_PATH"] = os.pathsep.join([str(libs), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])])
-    done = subprocess.run([sys.executable, "-c", CHILD, kind, module, *map(str, sources)], env=env, capture_output=True, text=True)
+    here = str(Path(__file__).resolve().parent)
+    done = subprocess.run([sys.executable, "-c", CHILD, kind, module, here, *map(str, sources)], env=env,
+                          capture_output=True, text=True)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return {"version": pythonpath.name, "checked": 0, "uses": 0, "problems": [f"could not import: {last}"]}

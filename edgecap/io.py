@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
@@ -505,6 +506,15 @@ def atomic_dir(path: str | os.PathLike, kind: DirKind, force: bool = False, flag
         raise write_error(exc, target, flag, within=work.path) or exc from None
     finally:
         work.close()
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks (bundle files and weights can be gigabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

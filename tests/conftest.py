@@ -107,3 +107,14 @@ def caption_tokens(items, vocab, max_len):
 
     return torch.nn.utils.rnn.pad_sequence(
         [torch.tensor(vocab.encode(list(i.captions[0]), max_len)) for i in items], batch_first=True)
+
+
+def fake_tensorrt(version: str, **classes):
+    """A stand-in `tensorrt` module: its version and the given classes, nothing else."""
+    import types
+
+    module = types.ModuleType("tensorrt")
+    module.__version__ = version
+    for name, cls in classes.items():
+        setattr(module, name, cls)
+    return module

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from edgecap.contract.manifest import FORMAT_VERSION, load_manifest
 from edgecap.export.specs.transformer import TransformerSpec
-from edgecap.runtime.manifest import FORMAT_VERSION, load_manifest
 from tests._export_util import save_tiny
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None

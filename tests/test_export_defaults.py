@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from edgecap.runtime.manifest import load_manifest  # noqa: E402
+from edgecap.contract.manifest import load_manifest  # noqa: E402
 from tests._export_util import save_tiny  # noqa: E402
 
 CNN = {"visual": {"kind": "cnn", "image_size": 16, "channels": [8, 24]}, "n_regions": 16}

@@ -4,6 +4,7 @@ identically in a torch-free process."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -11,11 +12,11 @@ import pytest
 import torch
 
 from edgecap.contract.beam import DecodeOptions
+from edgecap.contract.manifest import load_manifest
 from edgecap.export.specs import spec_for
 from edgecap.models import list_models
 from edgecap.models.checkpoint import load_checkpoint
 from edgecap.models.decoding import generate
-from edgecap.runtime.manifest import load_manifest
 from tests._export_util import BATCH, BEAM, CNN, export, save_tiny
 
 FAMILIES = list_models()
@@ -167,3 +168,75 @@ def test_dynamo_exporter_gives_the_same_captions(tmp_path):
     assert {g.opset for g in result.manifest.graphs} == {18}
     # this exporter keeps the unused step input; the manifest lists it and the runtime feeds it
     assert "step" in [t.name for t in result.manifest.graph("decoder_step").inputs]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FAMILIES + ["smart-cnn"])
+def test_bundle_captions_are_token_identical_to_the_ones_before_the_state_description(bundles, name):
+    """The state description changed how the exporter and the runtime find each state tensor,
+    not what they compute: the bundle's token ids are those the positional code exported."""
+    from edgecap.runtime.session import Bundle
+
+    golden = json.loads((Path(__file__).parent / "data" / "bundle_tokens.json").read_text())["tokens"]
+    if name not in golden:
+        pytest.skip(f"{name} is newer than the saved token ids")
+    ckpt_path, path = bundles[name]
+    bundle = Bundle.load(path, providers=["CPUExecutionProvider"], engine="onnxruntime")
+    spec = spec_for(load_checkpoint(ckpt_path).model, BATCH, BEAM)
+    tokens = []
+    for seed in range(3):
+        front, extra = spec.split([x.numpy() for x in spec.random_inputs(BATCH, seed)])
+        feats, mask = bundle.visual(*front) if bundle.has_visual else front
+        cross = bundle.encode(feats, mask, *extra)
+        for beam in (1, BEAM):
+            tokens.append(np.asarray(bundle.decode(cross, DecodeOptions(beam_size=beam, max_len=bundle.max_len)).tokens).tolist())
+    assert tokens == golden[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_manifest_carries_the_models_state_description_and_the_graphs_follow_it(bundles, name):
+    ckpt_path, path = bundles[name]
+    described = load_checkpoint(ckpt_path).model.state
+    m = load_manifest(path)
+    assert (m.state.cache, m.state.cross, m.state.layers) == (described.cache, described.cross, described.layers)
+    step, encoder = m.graph("decoder_step"), m.graph("encoder")
+    for t in m.state.graph_tensors("cache"):
+        spec, new = step.input(t.name), next(o for o in step.outputs if o.name == t.name + ".new")
+        if spec is None:  # an input the step graph never reads (none today): nothing to check
+            continue
+        assert spec.shape[t.batch_axis] == BATCH * BEAM, t.name
+        if t.slot_axis is not None:
+            assert spec.shape[t.slot_axis] == m.max_len and new.shape[t.slot_axis] == 1, t.name
+    outputs = {o.name: o for o in encoder.outputs}
+    for t in m.state.graph_tensors("cross"):
+        assert outputs[t.name].shape[t.batch_axis] == BATCH, t.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_runtime_reorders_beams_along_the_described_axes(bundles, name):
+    """Steps over a history, a beam reorder, one more step: the same log-probs as steps over
+    the reordered history with no reorder."""
+    from edgecap.runtime.session import Bundle
+
+    ckpt_path, path = bundles[name]
+    bundle = Bundle.load(path, providers=["CPUExecutionProvider"], engine="onnxruntime")
+    spec = spec_for(load_checkpoint(ckpt_path).model, BATCH, BEAM)
+    front, extra = spec.split([x.numpy() for x in spec.random_inputs(BATCH, seed=4)])
+    feats, mask = bundle.visual(*front) if bundle.has_visual else front
+    cross = bundle.encode(feats, mask, *extra)
+    rng = np.random.default_rng(0)
+    history = rng.integers(4, len(bundle.itos), (BATCH * BEAM, 3))
+    token = rng.integers(4, len(bundle.itos), BATCH * BEAM)
+    rows = np.array([1, 1, 3, 2])  # within each image's beams, as beam search moves them
+
+    moved = bundle.stepper(cross)
+    for t in range(3):
+        moved(history[:, t], t)
+    moved.reorder(rows)
+    after = moved(token, 3).copy()
+    fresh = bundle.stepper(cross)
+    for t in range(3):
+        fresh(history[rows, t], t)
+    np.testing.assert_allclose(after, fresh(token, 3), atol=1e-5)

@@ -20,7 +20,7 @@ def _fused_copy(plain, out, **options):
     import onnx
     from _fused_attention import fuse_attention
 
-    from edgecap.runtime.manifest import sha256_file
+    from edgecap.io import sha256_file
 
     shutil.copytree(plain, out)
     blocks = {}

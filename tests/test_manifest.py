@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from edgecap.contract.beam import DecodeOptions
+from edgecap.contract.manifest import FORMAT_VERSION, ManifestError, load_manifest
 from edgecap.errors import EdgecapError
-from edgecap.runtime.manifest import FORMAT_VERSION, ManifestError, load_manifest
 from edgecap.runtime.session import Bundle
 from tests._export_util import BATCH, BEAM, export, save_tiny
 
@@ -146,7 +146,7 @@ def test_tensorrt_engine_requested_but_absent(bundle_dir):
 def test_a_foreign_graph_with_a_re_recorded_hash_is_refused_at_load(copy, tmp_path, role, run_cli):
     """Someone swapped in another export's graph and fixed up the sha256: the hash passes,
     the graph's declared inputs do not."""
-    from edgecap.runtime.manifest import sha256_file
+    from edgecap.io import sha256_file
 
     other = export(save_tiny(tmp_path / "smart.pt", "smart", n_regions=10), tmp_path / "other").path
     shutil.copy(other / f"{role}.onnx", copy / f"{role}.onnx")

@@ -10,9 +10,9 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
+from edgecap.contract.manifest import ManifestError, load_manifest
 from edgecap.errors import EdgecapError
 from edgecap.export.compat import check_file, check_graph, polygraphy_inspect, require_compatible
-from edgecap.runtime.manifest import ManifestError, load_manifest
 from tests._export_util import export, save_tiny
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
@@ -110,7 +110,7 @@ def test_engine_from_another_tensorrt_version_is_refused_with_a_rebuild_hint(bun
     engine = dict(data["graphs"][0], engine="tensorrt", file="visual.b2.fp16.engine", source="visual.onnx",
                   tensorrt={"version": "0.0.1", "gpu": "Orin", "compute_capability": "8.7"})
     (dst / engine["file"]).write_bytes(b"x")
-    from edgecap.runtime.manifest import sha256_file
+    from edgecap.io import sha256_file
 
     engine["sha256"] = sha256_file(dst / engine["file"])
     data["graphs"].append(engine)

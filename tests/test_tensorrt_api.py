@@ -1,8 +1,6 @@
-"""The TensorRT / cuda-python API edgecap calls: read from its source, checked against the
-installed modules where they exist and against downloaded release bindings where cached
-(benchmarks/trt_api_check.py), and the version gates that keep 10.x and 11.x apart."""
+"""The version gates that keep TensorRT 10.x and 11.x apart, and the TensorRT compatibility
+checks that run without a GPU (the API check itself: tests/test_trt_api_check.py)."""
 
-import importlib.util
 import sys
 import types
 from pathlib import Path
@@ -12,119 +10,16 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from edgecap.contract.manifest import ManifestError
 from edgecap.errors import EdgecapError
 from edgecap.export.compat import check_graph
-from edgecap.export.trt_api import api_uses, missing_api, missing_cuda_api
-from edgecap.runtime.manifest import ManifestError
-
-REPO = Path(__file__).resolve().parents[1]
-HAS_TRT = importlib.util.find_spec("tensorrt") is not None
-HAS_CUDA = importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings") is not None
-
-
-def _uses():
-    return {u.name: u for u in api_uses()}
-
-
-def test_the_uses_are_read_from_the_tensorrt_code():
-    uses = _uses()
-    run = uses["IExecutionContext.execute_async_v3"]
-    assert run.called and run.positional == 1 and run.majors == (10, 11)
-    assert uses["IBuilderConfig.set_timing_cache"].keywords == ("ignore_mismatch",)
-    assert not uses["ICudaEngine.num_io_tensors"].called  # a property
-    # implicit INT8 exists on TensorRT 10 only, and the calibrator must override its base's methods
-    assert uses["tensorrt.BuilderFlag.INT8"].majors == (10,)
-    assert uses["IInt8EntropyCalibrator2.get_batch"].override and uses["IInt8EntropyCalibrator2.get_batch"].majors == (10,)
-    assert uses["cudart.cudaMemcpyAsync"].positional == 5
-
-
-def _fake_trt(version: str, **classes):
-    module = types.ModuleType("tensorrt")
-    module.__version__ = version
-    for name, cls in classes.items():
-        setattr(module, name, cls)
-    return module
-
-
-def test_missing_api_names_the_use_and_what_is_wrong():
-    class ExecutionContext:
-        def execute_async_v3(self, stream_handle):
-            """execute_async_v3(self: tensorrt.IExecutionContext, stream_handle: int) -> bool"""
-
-        def set_tensor_address(self, name):
-            """set_tensor_address(self: tensorrt.IExecutionContext, name: str) -> bool"""
-
-    problems = missing_api(_fake_trt("11.4.0", IExecutionContext=ExecutionContext))
-    text = "\n".join(problems)
-    assert "IExecutionContext.execute_async_v3" not in text  # present, one argument
-    assert "IExecutionContext.set_tensor_address (engines.py:" in text and "documented as (name)" in text
-    assert "tensorrt.Builder (tensorrt.py:" in text and ": missing" in text
-    assert "IInt8EntropyCalibrator2" not in text  # 10 only: not asked of an 11
-    assert any("IInt8EntropyCalibrator2" in p for p in missing_api(_fake_trt("10.3.0")))
-
-
-@pytest.mark.skipif(not HAS_TRT, reason="tensorrt is not installed (pip install 'edgecap[trt]' on a GPU machine)")
-def test_installed_tensorrt_has_every_name_edgecap_uses():
-    import tensorrt
-
-    assert missing_api(tensorrt) == []
-
-
-@pytest.mark.skipif(not HAS_CUDA, reason="cuda-python is not installed (pip install 'edgecap[trt]')")
-def test_installed_cuda_python_has_every_call_the_engine_runner_makes():
-    from cuda.bindings import runtime
-
-    assert missing_cuda_api(runtime) == []
-
-
-CACHED = sorted((Path.home() / ".cache" / "edgecap" / "bindings").glob("tensorrt-cu12-bindings-*/*.whl"))
-
-
-@pytest.mark.skipif(not CACHED or sys.platform != "linux", reason="no TensorRT bindings downloaded: "
-                    "python benchmarks/trt_api_check.py --download VERSION")
-def test_downloaded_tensorrt_releases_have_every_name_edgecap_uses(capsys):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import trt_api_check
-    finally:
-        sys.path.pop(0)
-    code = trt_api_check.main([str(p) for p in CACHED])
-    table = capsys.readouterr().out
-    assert code == 0, table
-    assert table.count("| tensorrt |") == len(CACHED) and "could not import" not in table
-
-
-@pytest.mark.skipif(not CACHED or sys.platform != "linux", reason="no TensorRT bindings downloaded: "
-                    "python benchmarks/trt_api_check.py --download VERSION")
-def test_the_offline_check_finds_what_a_release_lacks(capsys, tmp_path):
-    """TensorRT code written for 10 (the FP16 flag, a builder config kept under a name the
-    check does not follow) fails against an 11 release, naming each use."""
-    source = tmp_path / "legacy.py"
-    source.write_text("def build(trt, builder):\n"
-                      "    cfg = builder.create_builder_config()\n"
-                      "    config = cfg\n"
-                      "    config.set_flag(trt.BuilderFlag.FP16)\n"
-                      "    return builder.platform_has_fast_fp16\n")
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import trt_api_check
-    finally:
-        sys.path.pop(0)
-    eleven = [p for p in CACHED if "-11." in p.name]
-    if not eleven:
-        pytest.skip("no TensorRT 11 bindings downloaded")
-    code = trt_api_check.main([str(eleven[-1]), "--sources", str(source)])
-    table = capsys.readouterr().out
-    assert code == 1
-    assert "tensorrt.BuilderFlag.FP16 (legacy.py:4): missing" in table
-    assert "Builder.platform_has_fast_fp16 (legacy.py:5): missing" in table
-    assert "Builder.create_builder_config (legacy.py:2): returns IBuilderConfig, stored in 'cfg'" in table
+from tests.conftest import fake_tensorrt
 
 
 def test_an_unsupported_tensorrt_is_one_line(monkeypatch):
     from edgecap.runtime.engines import tensorrt_module
 
-    monkeypatch.setitem(sys.modules, "tensorrt", _fake_trt("8.6.1"))
+    monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt("8.6.1"))
     with pytest.raises(EdgecapError) as err:
         tensorrt_module("--engine trt")
     assert str(err.value) == ('TensorRT 8.6.1 is not supported (--engine trt): edgecap builds and runs engines '
@@ -135,10 +30,10 @@ def test_export_refuses_an_unsupported_tensorrt_and_the_calibrator_on_11(run_cli
     from tests._export_util import save_tiny
 
     ckpt = save_tiny(tmp_path / "m.pt", "smart")
-    monkeypatch.setitem(sys.modules, "tensorrt", _fake_trt("12.0.0"))
+    monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt("12.0.0"))
     code, _, err = run_cli("export", ckpt, "--engine", "trt", "--out", tmp_path / "b")
     assert code == 1 and "TensorRT 12.0.0 is not supported" in err and len(err.strip().splitlines()) == 1
-    monkeypatch.setitem(sys.modules, "tensorrt", _fake_trt("11.4.0.106"))
+    monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt("11.4.0.106"))
     code, _, err = run_cli("export", ckpt, "--engine", "trt", "--precision", "int8", "--int8-mode", "calibrator",
                            "--out", tmp_path / "b")
     assert code == 1 and "--int8-mode calibrator needs TensorRT 10" in err and "use --int8-mode qdq" in err
@@ -156,8 +51,8 @@ def test_a_graph_without_the_precision_asked_for_is_refused():
 
 
 def test_an_engine_whose_tensors_differ_from_the_manifest_is_refused():
+    from edgecap.contract.manifest import GraphEntry
     from edgecap.runtime.engines import check_engine_io
-    from edgecap.runtime.manifest import GraphEntry
 
     entry = GraphEntry.from_dict({"role": "encoder", "file": "encoder.b1.fp16.engine", "sha256": "0" * 64,
                                   "engine": "tensorrt", "precision": "fp16",
@@ -284,17 +179,19 @@ def test_fp16_graphs_keep_layer_norm_in_fp32(tmp_path):
 
 
 def test_rebuilt_engines_keep_their_graphs_precision():
+    from edgecap.contract.manifest import GraphEntry, TensorRTInfo
     from edgecap.export.rebuild import rebuilt_precision
 
-    graphs = [{"role": "encoder", "engine": "onnxruntime", "precision": "fp16", "file": "encoder.onnx"},
-              {"role": "encoder", "engine": "tensorrt", "precision": "fp16", "file": "encoder.b1.fp16.engine"}]
+    trt = TensorRTInfo("10.0", "gpu", "8.7")
+    graphs = [GraphEntry("encoder", "encoder.onnx", "0" * 64, "onnxruntime", "fp16", [], []),
+              GraphEntry("encoder", "encoder.b1.fp16.engine", "0" * 64, "tensorrt", "fp16", [], [], tensorrt=trt)]
     assert rebuilt_precision(Path("b"), graphs, "fp32") == "fp16"  # --precision left at its default
     assert rebuilt_precision(Path("b"), graphs, "fp16") == "fp16"
     with pytest.raises(EdgecapError, match="the ONNX graphs in b are fp16: rebuilt engines keep their graphs' "
                                            "precision; for int8 engines export the checkpoint with --engine trt"):
         rebuilt_precision(Path("b"), graphs, "int8")
     # an fp16 engine over an fp32 graph (TensorRT 10's weakly typed FP16 flag) cannot be rebuilt as fp16
-    graphs[0]["precision"] = "fp32"
+    graphs[0].precision = "fp32"
     with pytest.raises(EdgecapError, match=r"engine encoder.b1.fp16.engine is fp16 but its ONNX graph is fp32 .*"
                                            r"export the checkpoint again with --engine trt --precision fp16"):
         rebuilt_precision(Path("b"), graphs, "fp32")

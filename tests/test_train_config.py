@@ -6,7 +6,8 @@ import pytest
 from conftest import REPO
 
 from edgecap.errors import EdgecapError
-from edgecap.train.config import load_config, parse_config
+from edgecap.train.config import parse_config
+from edgecap.train.overrides import load_config
 from edgecap.train.schedules import Noam, WarmupConstantDecay, make_optimizer
 
 BASE = {"model": {"preset": "smart"}, "data": {"karpathy": "d.json", "features": "f.h5"}}

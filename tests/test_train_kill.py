@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from edgecap.train import loop
-from edgecap.train.config import load_config
+from edgecap.train.overrides import load_config
 
 config, out, kill_at, at_step = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 events = {"n": 0, "armed": False}

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from edgecap.errors import EdgecapError
-from edgecap.train.config import load_config, parse_config
+from edgecap.train.config import parse_config
+from edgecap.train.overrides import load_config
 from tests.conftest import REPO
 
 DEMO = Path(REPO) / "configs" / "demo-tabletop.toml"
@@ -28,7 +29,7 @@ def test_set_changes_typed_values_at_any_depth():
 def test_changed_config_is_recorded_and_reads_back_the_same():
     c = load_config(DEMO, ["schedule.epochs=3", "model.memory.slots=4"])
     assert c.text.startswith(f"# {DEMO} with --set schedule.epochs=3 --set model.memory.slots=4\n")
-    from edgecap.train.config import tomllib
+    from edgecap.train.overrides import tomllib
 
     again = parse_config(tomllib.loads(c.text), source="copy")
     assert again.to_dict() == c.to_dict()

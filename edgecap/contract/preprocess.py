@@ -16,6 +16,7 @@ Two geometries:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -98,12 +99,47 @@ def preprocess(
     return out
 
 
-def preprocess_as(image_bgr: np.ndarray, settings: Mapping, out: np.ndarray | None = None) -> np.ndarray:
-    """`preprocess` with the manifest's `preprocessing` record (size, mean, std, resize,
-    channel_order, crop, resize_size; the last two optional); into `out` when given."""
-    return preprocess(image_bgr, int(settings["size"]), tuple(settings["mean"]), tuple(settings["std"]),
-                      settings.get("resize", "bilinear"), settings.get("channel_order", "RGB"),
-                      settings.get("crop", "none"), int(settings.get("resize_size", 0) or 0), out=out)
+@dataclass(frozen=True)
+class Preprocessing:
+    """How images are prepared for a model: the one description a model's VisualConfig, a set
+    of pretrained weights, the bundle manifest and the runtime share. Its dict form
+    (`to_dict`) is the manifest's `preprocessing` record and the HDF5 feature files' attribute."""
+
+    size: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    resize: str = "bilinear"  # OpenCV filter name
+    channel_order: str = "RGB"
+    crop: str = "none"  # "none": squash to size x size; "center": shorter side -> resize_size, centre crop
+    resize_size: int = 0  # crop "center": shorter side before cropping (0 = size)
+
+    @classmethod
+    def from_mapping(cls, settings: Mapping) -> Preprocessing:
+        """The dict form (size, mean, std required; the others optional) -> Preprocessing."""
+        return cls(int(settings["size"]), tuple(float(m) for m in settings["mean"]),
+                   tuple(float(s) for s in settings["std"]), settings.get("resize", "bilinear"),
+                   settings.get("channel_order", "RGB"), settings.get("crop", "none"),
+                   int(settings.get("resize_size", 0) or 0))
+
+    def to_dict(self) -> dict:
+        return {"size": self.size, "resize": self.resize, "mean": list(self.mean), "std": list(self.std),
+                "channel_order": self.channel_order, "crop": self.crop, "resize_size": self.resize_size or self.size}
+
+    def visual_overrides(self) -> dict:
+        """The `visual.*` config fields that carry this preprocessing."""
+        return {"image_size": self.size, "mean": tuple(self.mean), "std": tuple(self.std), "resize": self.resize,
+                "channel_order": self.channel_order, "crop": self.crop, "resize_size": self.resize_size or self.size}
+
+    def __call__(self, image_bgr: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The image as the model takes it; written into `out` ([3, size, size] float32) when given."""
+        return preprocess(image_bgr, self.size, self.mean, self.std, self.resize, self.channel_order,
+                          self.crop, self.resize_size, out=out)
+
+
+def preprocess_as(image_bgr: np.ndarray, settings: Mapping | Preprocessing, out: np.ndarray | None = None) -> np.ndarray:
+    """`preprocess` as a `Preprocessing` or its dict form (the manifest's record) says; into `out` when given."""
+    pre = settings if isinstance(settings, Preprocessing) else Preprocessing.from_mapping(settings)
+    return pre(image_bgr, out=out)
 
 
 def preprocess_batch(images_bgr, size: int, **kwargs) -> np.ndarray:

@@ -21,6 +21,20 @@ def tokenize(text: str) -> list[str]:
     return _PUNCT.sub(" ", str(text).lower()).split()
 
 
+def decode_ids(ids: Iterable[int], itos: list[str], pad_id: int, bos_id: int, eos_id: int) -> list[str]:
+    """Token ids -> words: up to the first EOS, specials other than <unk> dropped. The one
+    place tokens become text (a checkpoint's Vocab and a bundle's vocabulary both call it)."""
+    words = []
+    skip = {pad_id, bos_id}
+    for i in ids:
+        i = int(i)
+        if i == eos_id:
+            break
+        if i not in skip:
+            words.append(itos[i])
+    return words
+
+
 @dataclass
 class Vocab:
     itos: list[str]
@@ -71,16 +85,7 @@ class Vocab:
         return [self.bos_id, *ids, self.eos_id]
 
     def decode(self, ids: Iterable[int]) -> list[str]:
-        """Words up to the first EOS; specials other than <unk> are dropped."""
-        words = []
-        skip = {self.pad_id, self.bos_id}
-        for i in ids:
-            i = int(i)
-            if i == self.eos_id:
-                break
-            if i not in skip:
-                words.append(self.itos[i])
-        return words
+        return decode_ids(ids, self.itos, self.pad_id, self.bos_id, self.eos_id)
 
     def to_dict(self) -> dict:
         return {"itos": list(self.itos), "specials": dict(self.specials)}

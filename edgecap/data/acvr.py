@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgecap.contract.objects import AREAS, box_fraction, check_area, object_area  # noqa: F401 (importable from here, as before)
 from edgecap.data.classes import ACVR_CLASSES, BACKGROUND_CLASS, challenge_class
 from edgecap.errors import EdgecapError
 
-AREAS = ("box", "pixels")  # what an object's area fraction measures
 RGB_SUFFIXES = (".png", ".jpg", ".jpeg")
 _KNOWN = frozenset(ACVR_CLASSES)
 
@@ -76,29 +76,6 @@ class ACVRFrame:
         for obj in self.foreground:
             out[obj.cls] = max(out.get(obj.cls, 0.0), obj.area)
         return out
-
-
-def box_fraction(box, width: float, height: float) -> float:
-    """Fraction of a width x height image covered by an inclusive pixel box (left, top, right,
-    bottom), as ACVR's bounding_box and the synthetic world's boxes are: [0, 0, 9, 9] is 100 px."""
-    left, top, right, bottom = box
-    return min(1.0, (right - left + 1) * (bottom - top + 1) / float(width * height))
-
-
-def check_area(area: str) -> str:
-    """`area` if it is one of AREAS, else the one-line error every --area reader gives."""
-    if area not in AREAS:
-        raise EdgecapError(f"area {area!r}: expected one of {', '.join(AREAS)}")
-    return area
-
-
-def object_area(box, pixel_fraction: float | None, width: float, height: float, area: str = "box") -> float:
-    """An object's coverage area by `area` (AREAS): its box, or its mask's pixel fraction when
-    known (else the box, as the ACVR loader falls back). The one rule shared by `eval coverage`,
-    the runtime's sources and detection files, and the demo model's metrics."""
-    if check_area(area) == "pixels" and pixel_fraction is not None:
-        return float(pixel_fraction)
-    return box_fraction(box, width, height)
 
 
 def normalize_image_id(image_id) -> str:

@@ -11,25 +11,24 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from edgecap.contract.manifest import (
+    FORMAT_VERSION,
+    DecodingDefaults,
+    DecodingState,
+    GraphEntry,
+    Manifest,
+    Vocabulary,
+)
 from edgecap.errors import EdgecapError, require
 from edgecap.export.formats import ExportSettings
-from edgecap.io import BUNDLE, atomic_dir, check_replaceable, probe_writable, write_json_atomic
-from edgecap.runtime.manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME, Manifest, sha256_file
+from edgecap.export.rebuild import rebuild_engines
+from edgecap.export.result import ExportResult
+from edgecap.io import BUNDLE, atomic_dir, check_replaceable, probe_writable, sha256_file
 
-
-@dataclass
-class ExportResult:
-    path: Path
-    manifest: Manifest
-    defaulted: bool = False  # the path was chosen by edgecap (no --out)
-
-    @property
-    def parity(self) -> dict:
-        return self.manifest.parity
+__all__ = ["ExportResult", "check_writable", "default_out", "export_bundle", "versions"]
 
 
 def check_writable(out: Path, force: bool, hint: str = "") -> None:
@@ -59,18 +58,6 @@ def versions() -> dict:
     return out
 
 
-def _graph_entry(role: str, file: str, root: Path, engine: str, precision: str, info: dict, **extra) -> dict:
-    return {"role": role, "file": file, "sha256": sha256_file(root / file), "engine": engine,
-            "precision": precision, "inputs": info["inputs"], "outputs": info["outputs"],
-            "opset": info.get("opset", 0), **extra}
-
-
-def _write_manifest(root: Path, data: dict) -> Manifest:
-    manifest = Manifest.from_dict(data, where=f"{root.name}/{MANIFEST_NAME}")  # validate what we write
-    write_json_atomic(root / MANIFEST_NAME, manifest.to_dict())
-    return manifest
-
-
 def _progress(total: int, enabled: bool):
     from edgecap.progress import progress_bar
 
@@ -92,8 +79,6 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
     checkpoint = Path(checkpoint)
     fmt = settings.format
     if checkpoint.is_dir():  # it says what in the bundle TensorRT cannot build before asking for tensorrt
-        from edgecap.export.rebuild import rebuild_engines
-
         return rebuild_engines(checkpoint, settings, progress)
     if fmt.name == "trt":  # a missing or unsupported TensorRT, said before any work
         from edgecap.export.tensorrt import require_int8_mode
@@ -142,30 +127,29 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
             infos[g.role] = export_graph(g, tmp / f"{g.role}.onnx", settings.opset, settings.exporter)
             _check(tmp / f"{g.role}.onnx", checks, trt, ranges, run_polygraphy=trt)
             bar.update()
-        data = {
-            "format": FORMAT, "format_version": FORMAT_VERSION,
-            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "model": {"name": cfg.name, "family": cfg.family, "decoder": cfg.decoder,
-                      "config": cfg.to_dict(), "parameters": ckpt.model.num_parameters(),
-                      "checkpoint": checkpoint.name},
-            "input": "images" if spec.takes_images else "features",
-            "batch_size": settings.batch, "beam_size": settings.beam, "max_len": cfg.max_len,
-            "vocab": {"itos": list(vocab.itos), "pad_id": vocab.pad_id, "bos_id": vocab.bos_id,
-                      "eos_id": vocab.eos_id, "unk_id": vocab.unk_id},
-            "preprocessing": spec.preprocessing(),
-            "frontend": spec.frontend(),
-            "decoding": {"beam_size": settings.beam, "max_len": cfg.max_len, "length_penalty": 0.0},
-            "state": spec.state(),
-            "graphs": [_graph_entry(g.role, f"{g.role}.onnx", tmp, "onnxruntime", "fp32", infos[g.role]) for g in graphs],
-            "checks": checks,
-            "target": settings.target,
-            "versions": versions(),
-        }
+        manifest = Manifest(
+            format_version=FORMAT_VERSION,
+            created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            model={"name": cfg.name, "family": cfg.family, "decoder": cfg.decoder, "config": cfg.to_dict(),
+                   "parameters": ckpt.model.num_parameters(), "checkpoint": checkpoint.name},
+            input="images" if spec.takes_images else "features",
+            batch_size=settings.batch, beam_size=settings.beam, max_len=cfg.max_len,
+            vocab=Vocabulary(list(vocab.itos), vocab.pad_id, vocab.bos_id, vocab.eos_id, vocab.unk_id),
+            preprocessing=spec.preprocessing(),
+            frontend=spec.frontend(),
+            decoding=DecodingDefaults(beam_size=settings.beam, max_len=cfg.max_len, length_penalty=0.0),
+            state=DecodingState.of(ckpt.model.state, spec.top_k, spec.extra_names),
+            graphs=[GraphEntry.of_file(g.role, f"{g.role}.onnx", tmp, "onnxruntime", "fp32", **infos[g.role])
+                    for g in graphs],
+            checks=checks,
+            target=settings.target,
+            versions=versions(),
+        )
         retrieval = spec.assets(tmp, vocab)
         if retrieval:
-            data["retrieval"] = {**retrieval, "sha256": {retrieval[k]: sha256_file(tmp / retrieval[k])
-                                                         for k in ("index", "tokens")}}
-        _write_manifest(tmp, data)
+            manifest.retrieval = {**retrieval, "sha256": {retrieval[k]: sha256_file(tmp / retrieval[k])
+                                                          for k in ("index", "tokens")}}
+        manifest.write(tmp)
         np_batches = [tuple(x.numpy() for x in b) for b in inputs.batches]
         if settings.calibration:  # said before the slow work: a folder that would go unused
             from edgecap.export.front_int8 import check_calibration
@@ -193,21 +177,21 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
                 quantize_int8,
             )
 
-            for entry in data["graphs"]:
-                path = tmp / entry["file"]
-                bar.set_postfix_str(f"{onnx_precision} {entry['role']}")
-                if entry["role"] == "visual" and onnx_precision == "int8" and not trt and is_convolutional(path):
+            for entry in manifest.graphs:
+                path = tmp / entry.file
+                bar.set_postfix_str(f"{onnx_precision} {entry.role}")
+                if entry.role == "visual" and onnx_precision == "int8" and not trt and is_convolutional(path):
                     from edgecap.export.front_int8 import quantize_visual
 
                     front_int8 = quantize_visual(path, spec, settings.calibration, inputs, np_batches, ckpt.meta,
                                                  settings.beam)
-                    entry["precision"] = front_int8["precision"]
+                    entry.precision = front_int8["precision"]
                 elif onnx_precision == "fp16":
-                    entry["precision"] = convert_fp16(path, path)
+                    entry.precision = convert_fp16(path, path)
                 else:
-                    entry["precision"] = quantize_int8(path, path, graph_mode(onnx_quantize, entry["role"]),
-                                                       (feeds or {}).get(entry["role"]))
-                entry["sha256"] = sha256_file(path)
+                    entry.precision = quantize_int8(path, path, graph_mode(onnx_quantize, entry.role),
+                                                    (feeds or {}).get(entry.role))
+                entry.sha256 = sha256_file(path)
                 # the checks describe the graph the bundle holds: dynamic int8's integer MatMuls
                 # and weight-only's contrib ops are not TensorRT's
                 _check(path, checks, trt)
@@ -216,16 +200,17 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
             from edgecap.export.tensorrt import build_engine, engine_name
 
             cache = Path(settings.timing_cache) if settings.timing_cache else None
-            for entry in list(data["graphs"]):
-                bar.set_postfix_str(f"tensorrt {entry['role']}")
-                rows = settings.batch * (settings.beam if entry["role"] == "decoder_step" else 1)
-                name = engine_name(entry["role"], rows, settings.precision)
-                info = build_engine(tmp / entry["file"], tmp / name, settings.precision, settings.workspace, cache,
-                                    settings.int8_mode, (feeds or {}).get(entry["role"]))
-                data["graphs"].append(_graph_entry(entry["role"], name, tmp, "tensorrt", settings.precision,
-                                                   entry, source=entry["file"], tensorrt=info))
+            for entry in list(manifest.graphs):
+                bar.set_postfix_str(f"tensorrt {entry.role}")
+                rows = settings.batch * (settings.beam if entry.role == "decoder_step" else 1)
+                name = engine_name(entry.role, rows, settings.precision)
+                info = build_engine(tmp / entry.file, tmp / name, settings.precision, settings.workspace, cache,
+                                    settings.int8_mode, (feeds or {}).get(entry.role))
+                manifest.graphs.append(GraphEntry.of_file(entry.role, name, tmp, "tensorrt", settings.precision,
+                                                          entry.inputs, entry.outputs, entry.opset,
+                                                          source=entry.file, tensorrt=info))
                 bar.update()
-        _write_manifest(tmp, data)
+        manifest.write(tmp)
 
         # 4. the parity gate, on every engine the bundle carries
         parity = {}
@@ -241,7 +226,7 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
                 parity[engine]["front_end_int8"] = front_int8
             require_parity(parity[engine])
             bar.update()
-        data["parity"] = parity
-        manifest = _write_manifest(tmp, data)
+        manifest.parity = parity
+        manifest.write(tmp)
         bar.update()
     return ExportResult(out, manifest, defaulted=not settings.out)

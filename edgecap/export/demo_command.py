@@ -47,7 +47,8 @@ def demo_checkpoint() -> Path:
 
 
 def _stamp(checkpoint: Path, beam: int) -> dict:
-    from edgecap.runtime.manifest import FORMAT_VERSION, sha256_file
+    from edgecap.contract.manifest import FORMAT_VERSION
+    from edgecap.io import sha256_file
 
     # the bundle format too: a bundle cached by an older edgecap is exported again, not refused
     return {"checkpoint": str(checkpoint), "sha256": sha256_file(checkpoint),

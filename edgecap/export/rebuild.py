@@ -9,16 +9,18 @@ new engines against the bundle's onnxruntime graphs on seeded random inputs.
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from edgecap.contract.beam import DecodeOptions
+from edgecap.contract.manifest import MANIFEST_NAME, GraphEntry, Manifest, load_manifest
 from edgecap.errors import EdgecapError
 from edgecap.export import compat
+from edgecap.export.result import ExportResult
 from edgecap.io import BUNDLE, KINDS, atomic_dir
 from edgecap.runtime.engines import tensorrt_module
-from edgecap.runtime.manifest import MANIFEST_NAME, Manifest, load_manifest
 
 
 def random_model_inputs(manifest: Manifest, seed: int = 0) -> tuple[tuple, tuple]:
@@ -73,22 +75,22 @@ def require_buildable(bundle_dir: Path, files: list[str]) -> None:
                            "are built from fp32 or static-QDQ graphs: export the checkpoint with --engine trt")
 
 
-def rebuilt_precision(bundle_dir: Path, graphs: list[dict], asked: str) -> str:
+def rebuilt_precision(bundle_dir: Path, graphs: list[GraphEntry], asked: str) -> str:
     """The precision the rebuilt engines compute in: their ONNX graphs' own (TensorRT builds
     strongly typed engines), which must be what the engines they replace were; -> the lowest
     of them, for the report. `asked` is --precision: fp32 (the default) or the graphs' one."""
-    sources = {g["role"]: g["precision"] for g in graphs if g["engine"] == "onnxruntime"}
+    sources = {g.role: g.precision for g in graphs if g.engine == "onnxruntime"}
     held = sorted(set(sources.values()))
     if asked != "fp32" and asked not in held:
         raise EdgecapError(f"the ONNX graphs in {bundle_dir} are {'/'.join(held)}: rebuilt engines keep their "
                            f"graphs' precision; for {asked} engines export the checkpoint with --engine trt "
                            f"--precision {asked}")
     for g in graphs:
-        if g["engine"] == "tensorrt" and g["precision"] != sources.get(g["role"], g["precision"]):
-            raise EdgecapError(f"{bundle_dir}: engine {g['file']} is {g['precision']} but its ONNX graph is "
-                               f"{sources[g['role']]} (TensorRT lowered the precision itself, which TensorRT 11 "
+        if g.engine == "tensorrt" and g.precision != sources.get(g.role, g.precision):
+            raise EdgecapError(f"{bundle_dir}: engine {g.file} is {g.precision} but its ONNX graph is "
+                               f"{sources[g.role]} (TensorRT lowered the precision itself, which TensorRT 11 "
                                f"no longer does); export the checkpoint again with --engine trt --precision "
-                               f"{g['precision']}")
+                               f"{g.precision}")
     return next((p for p in ("int8", "fp16") if p in held), "fp32")
 
 
@@ -105,7 +107,6 @@ def _require_bundle(directory: Path) -> None:
 
 
 def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
-    from edgecap.export.bundle import ExportResult, _graph_entry, _write_manifest
     from edgecap.export.tensorrt import build_engine, engine_name
 
     _require_bundle(bundle_dir)
@@ -117,33 +118,32 @@ def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
         raise EdgecapError(f"rebuilding replaces the engines in {bundle_dir}; pass --force (or --out DIR)")
     if settings.precision == "int8" and settings.int8_mode == "calibrator":
         raise EdgecapError("rebuilding from a bundle supports --int8-mode qdq only (the calibrator needs the checkpoint)")
-    data = manifest.to_dict()
-    sources = [g for g in data["graphs"] if g["engine"] == "onnxruntime"]
-    require_buildable(bundle_dir, [g["file"] for g in sources])
-    precision = rebuilt_precision(bundle_dir, data["graphs"], settings.precision)
+    sources = [g for g in manifest.graphs if g.engine == "onnxruntime"]
+    require_buildable(bundle_dir, [g.file for g in sources])
+    precision = rebuilt_precision(bundle_dir, manifest.graphs, settings.precision)
     tensorrt_module("--engine trt")
-    engines = {g["file"] for g in data["graphs"] if g["engine"] == "tensorrt"}
+    engines = {g.file for g in manifest.graphs if g.engine == "tensorrt"}
     with atomic_dir(out, BUNDLE, force=settings.force) as tmp:
         # everything but the old engines: the graphs and a RA-T bundle's retrieval assets
         for file in [f for f, _ in manifest.files() if f not in engines]:
             (tmp / file).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(bundle_dir / file, tmp / file)
-        data["graphs"] = list(sources)
+        rebuilt = replace(manifest, graphs=list(sources))
         cache = Path(settings.timing_cache) if settings.timing_cache else None
         for g in sources:
-            rows = manifest.batch_size * (manifest.beam_size if g["role"] == "decoder_step" else 1)
-            name = engine_name(g["role"], rows, g["precision"])
-            info = build_engine(tmp / g["file"], tmp / name, g["precision"], settings.workspace, cache, "qdq")
-            data["graphs"].append(_graph_entry(g["role"], name, tmp, "tensorrt", g["precision"], g,
-                                               source=g["file"], tensorrt=info))
-        _write_manifest(tmp, data)
+            rows = manifest.batch_size * (manifest.beam_size if g.role == "decoder_step" else 1)
+            name = engine_name(g.role, rows, g.precision)
+            info = build_engine(tmp / g.file, tmp / name, g.precision, settings.workspace, cache, "qdq")
+            rebuilt.graphs.append(GraphEntry.of_file(g.role, name, tmp, "tensorrt", g.precision, g.inputs, g.outputs,
+                                                     g.opset, source=g.file, tensorrt=info))
+        rebuilt.write(tmp)
         report = compare_engines(tmp, settings.samples, precision)
         if not report["passed"]:
             raise EdgecapError(f"rebuilt fp32 engines caption differently from the ONNX graphs "
                                f"({report['beam_identical']:.0%} identical); bundle left unchanged")
-        data["parity"] = {**data.get("parity", {}), "tensorrt": report}
-        result = _write_manifest(tmp, data)
-    return ExportResult(out, result)
+        rebuilt.parity = {**manifest.parity, "tensorrt": report}
+        rebuilt.write(tmp)
+    return ExportResult(out, rebuilt)
 
 
 __all__ = ["rebuild_engines", "compare_engines", "MANIFEST_NAME"]

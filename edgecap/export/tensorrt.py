@@ -35,11 +35,19 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.errors import EdgecapError
-from edgecap.export.trt_api import trt_majors
 from edgecap.io import atomic_path
 from edgecap.runtime.engines import tensorrt_major, tensorrt_module
 
 IMPLICIT_INT8_MAJORS = (10,)  # TensorRT 11 removed the INT8 calibrators and BuilderFlag.INT8
+
+
+def trt_majors(*majors: int):
+    """Mark a function whose TensorRT calls exist on these majors only: the offline API check
+    (benchmarks/_trt_api.py) checks its uses against those releases alone."""
+    def mark(fn):
+        fn.trt_majors = majors
+        return fn
+    return mark
 
 
 def _trt():

@@ -210,10 +210,9 @@ def _acvr_rows(args, area: str) -> dict[str, CoverageRow]:
 def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
     """--records FILE ...: one row per recorded run, its ground truth the objects each record
     carries, scored by `area` (None: the area the run used); the same class areas the live
-    loop scores (edgecap.runtime.scoring.class_areas)."""
+    loop scores (edgecap.contract.objects.class_areas)."""
+    from edgecap.contract.objects import KnownObject, class_areas
     from edgecap.runtime.records import read_runs, summary_path
-    from edgecap.runtime.scoring import class_areas
-    from edgecap.runtime.sources import KnownObject
 
     rows = {}
     for name, path in _file_names(args.records).items():

@@ -10,11 +10,14 @@
     logprobs = model.decode_prefix(cross, tokens)      # the same, cross state given
 
 `step` is exactly the exported decoder-step graph: token [R] int64 (R = B * beam rows, the
-beams of an image consecutive), step 0-d int64, the cache tensors (layers on axis 0, rows on
-axis 1) and the cross tensors of the B images (batch axis per `cross_batch_axes`; with cross
-expanded to R rows every row is its own image). It returns the log-probs and, per cache
-field, only what changed: the new slot of each layer (`cache_slot_axes` says where it goes)
-or, for a field whose axis is None, the whole new per-layer state.
+beams of an image consecutive), step 0-d int64, the cache tensors and the cross tensors of the
+B images (with cross expanded to R rows every row is its own image). It returns the log-probs
+and, per cache tensor, only what changed: the new slot of each layer or, for a tensor without
+a slot axis, the whole new per-layer state.
+
+Which tensors those are, where their batch and slot axes lie and which are per layer, each
+family says once in `self.state`, an `edgecap.contract.state.StateDescription`; the methods
+here, the exporter and the runtime read it from there.
 """
 
 from __future__ import annotations
@@ -22,21 +25,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from edgecap.contract.state import StateDescription
 from edgecap.models.config import CaptionerConfig
 from edgecap.models.registry import VISUAL
 
 
-class Captioner(nn.Module):
-    cache_names: tuple[str, ...] = ()
-    cross_names: tuple[str, ...] = ()
+class CaptionModel(nn.Module):
     # Inputs `encode` takes after (feats, mask), batch first (RA-T: retrieved caption tokens).
     encode_extra_names: tuple[str, ...] = ()
-    cache_batch_axis = 1
-    # per cache field: the axis of its time slots (the step writes one), or None when the
-    # step returns the field's whole new state
-    cache_slot_axes: tuple[int | None, ...] = ()
-    # per cross tensor: stacked per decoder layer on axis 0 (the export feeds layers apart)
-    cross_layered: tuple[bool, ...] = ()
+    state: StateDescription  # set by each family's __init__
+    # the export spec (edgecap.export.specs.EXPORT_SPECS) that exports this model
+    export_spec = ""
 
     def __init__(self, cfg: CaptionerConfig):
         super().__init__()
@@ -44,7 +43,20 @@ class Captioner(nn.Module):
         self.visual = VISUAL.get(cfg.visual.kind)(cfg)
 
     @property
+    def cache_names(self) -> tuple[str, ...]:
+        return self.state.cache_names
+
+    @property
+    def cross_names(self) -> tuple[str, ...]:
+        return self.state.cross_names
+
+    @property
     def cross_batch_axes(self) -> tuple[int, ...]:
+        """Per cross tensor, its batch axis in the model's (layer-stacked) tensor."""
+        return tuple(t.model_axis(t.batch_axis) for t in self.state.cross)
+
+    def describe(self) -> dict[str, str]:
+        """`edgecap models`' columns: the layers, and what the family adds ("-" for nothing)."""
         raise NotImplementedError
 
     def encode(self, feats: torch.Tensor, mask: torch.Tensor, *extra: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -82,14 +94,15 @@ class Captioner(nn.Module):
         """Repeat each image's cross state `repeats` times (one row per beam)."""
         if repeats == 1:
             return cross
-        return tuple(t.repeat_interleave(repeats, dim=a) for t, a in zip(cross, self.cross_batch_axes, strict=False))
+        return tuple(t.repeat_interleave(repeats, dim=a) for t, a in zip(cross, self.cross_batch_axes, strict=True))
 
     def write_cache(self, cache, new, step: int):
         """Put a step's new values into the cache: slot `step` of each slotted field (in place
         unless autograd is recording), the whole state of the others."""
         out = []
-        for tensor, values, axis in zip(cache, new, self.cache_slot_axes, strict=True):
+        for tensor, values, described in zip(cache, new, self.state.cache, strict=True):
             values = torch.stack(tuple(values))
+            axis = described.model_axis(described.slot_axis)
             if axis is None:
                 out.append(values)
             elif torch.is_grad_enabled():
@@ -103,7 +116,7 @@ class Captioner(nn.Module):
         return tuple(out)
 
     def reorder_cache(self, cache, rows: torch.Tensor):
-        return tuple(t.index_select(self.cache_batch_axis, rows) for t in cache)
+        return tuple(t.index_select(d.model_axis(d.batch_axis), rows) for t, d in zip(cache, self.state.cache, strict=True))
 
     def forward_incremental(self, feats, mask, tokens, *extra):
         """Teacher forcing one step at a time through the static cache (tests)."""

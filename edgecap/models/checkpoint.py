@@ -22,7 +22,7 @@ import torch
 from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
 from edgecap.io import atomic_path
-from edgecap.models.captioner import Captioner
+from edgecap.models.captioner import CaptionModel
 from edgecap.models.config import CaptionerConfig
 from edgecap.models.core import decoder_positions
 from edgecap.models.factory import build_from_config
@@ -35,7 +35,7 @@ FULL_PRECISION = ("positions",)  # tensors `half` keeps fp32
 
 @dataclass
 class Checkpoint:
-    model: Captioner
+    model: CaptionModel
     vocab: Vocab
     meta: dict = field(default_factory=dict)
 
@@ -45,7 +45,7 @@ class Checkpoint:
 
 
 def save_checkpoint(
-    path: str | os.PathLike, model: Captioner, vocab: Vocab, meta: dict | None = None, half: bool = False
+    path: str | os.PathLike, model: CaptionModel, vocab: Vocab, meta: dict | None = None, half: bool = False
 ) -> Path:
     """Write a checkpoint atomically; `half` stores floating weights as fp16 (smaller files),
     except the decoder's position table: an imported M2 model's table is the official file's own

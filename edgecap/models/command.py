@@ -11,31 +11,9 @@ def describe(name: str) -> dict:
     from edgecap.models import build
 
     model = build(name)
-    cfg = model.cfg
-    if cfg.decoder == "lstm":
-        layers, memory = "2 LSTM", "-"
-    else:
-        layers = f"{cfg.enc_layers}+{cfg.dec_layers}"
-        parts = []
-        if cfg.encoder_attention == "memory":
-            parts.append(f"{cfg.memory.slots} slots")
-        if cfg.decoder_self_attention == "prototype":
-            parts.append(f"{cfg.prototype.count} prototypes")
-        if cfg.cross_attention == "meshed":
-            parts.append("meshed")
-        if cfg.decoder_self_attention == "knn":
-            parts.append(f"kNN {cfg.retrieval.k} captions")
-        if "clustering" in (cfg.encoder_attention, cfg.decoder_self_attention):
-            parts.append("clustering")
-        memory = ", ".join(parts) or "-"
-    return {
-        "model": name,
-        "family": cfg.family,
-        "layers": layers,
-        "d": cfg.d_model,
-        "memory": memory,
-        "parameters": model.num_parameters(),
-    }
+    parts = model.describe()  # the family says what it is: layers and what it adds
+    return {"model": name, "family": model.cfg.family, "layers": parts["layers"], "d": model.cfg.d_model,
+            "memory": parts["memory"], "parameters": model.num_parameters()}
 
 
 def run(args) -> int:

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from edgecap.contract.preprocess import Preprocessing
 from edgecap.errors import EdgecapError, did_you_mean
 from edgecap.typed import typed
 
@@ -80,10 +81,9 @@ class VisualConfig:
     resize_size: int = 0  # crop "center": shorter side before cropping (0 = image_size)
 
     def preprocessing(self) -> dict:
-        """The manifest's `preprocessing` record (contract.preprocess.preprocess_as)."""
-        return {"size": self.image_size, "resize": self.resize, "mean": list(self.mean), "std": list(self.std),
-                "channel_order": self.channel_order, "crop": self.crop,
-                "resize_size": self.resize_size or self.image_size}
+        """The manifest's `preprocessing` record (contract.preprocess.Preprocessing as a dict)."""
+        return Preprocessing(self.image_size, tuple(self.mean), tuple(self.std), self.resize, self.channel_order,
+                             self.crop, self.resize_size).to_dict()
 
 
 @dataclass

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgecap.models.captioner import Captioner
+from edgecap.contract.state import StateDescription, cache_tensor, cross_tensor
+from edgecap.models.captioner import CaptionModel
 from edgecap.models.registry import (
     CROSS_ATTENTION,
     DECODER_SELF_ATTENTION,
@@ -121,9 +122,13 @@ class DecoderLayer(nn.Module):
 
 
 @DECODERS.register("transformer")
-class TransformerCaptioner(Captioner):
-    cache_names = ("self_k", "self_v")
-    cross_names = ("cross_k", "cross_v", "enc_mask")
+class TransformerCaptioner(CaptionModel):
+    # Per decoder layer: self-attention keys [R, H, dh, T] and values [R, H, T, dh] (keys
+    # transposed, as attention reads them), one new slot per step.
+    CACHE = (cache_tensor("self_k", 0, slot_axis=3), cache_tensor("self_v", 0, slot_axis=2))
+    # cross_k [levels, B, H, dh, N], cross_v [levels, B, H, N, dh] per decoder layer; enc_mask [B, N]
+    CROSS = (cross_tensor("cross_k", 1, per_layer=True), cross_tensor("cross_v", 1, per_layer=True),
+             cross_tensor("enc_mask", 0))
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -137,27 +142,26 @@ class TransformerCaptioner(Captioner):
         self.fc = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.levels = self.layers[0].cross.levels_used(cfg) if cfg.dec_layers else 1
         # Plug points of the decoder self-attention variant (see attention/base.py): extra
-        # encode inputs through a side encoder (-> side_k, side_v, side_mask cross tensors)
-        # and extra per-layer cache tensors.
+        # encode inputs through a side encoder (-> the cross tensors it describes) and extra
+        # per-layer cache tensors.
         attention = DECODER_SELF_ATTENTION.get(cfg.decoder_self_attention)
         self.side = attention.side_encoder(cfg)
-        self.cache_names = ("self_k", "self_v", *attention.cache_fields)
+        self.side_state = attention.cross_state if self.side is not None else ()
+        self.state = StateDescription(cache=(*self.CACHE, *attention.cache_state),
+                                      cross=(*self.CROSS, *self.side_state), layers=cfg.dec_layers)
         if self.side is not None:
-            self.cross_names = (*self.cross_names, "side_k", "side_v", "side_mask")
             self.encode_extra_names = tuple(self.side.input_names)
+        self.export_spec = attention.export_spec or "transformer"
 
-    @property
-    def cross_batch_axes(self):
-        return (2, 2, 0) + ((1, 1, 0) if self.side is not None else ())
-
-    @property
-    def cross_layered(self):
-        return (True, True, False) + ((True, True, False) if self.side is not None else ())
-
-    @property
-    def cache_slot_axes(self):
-        # self_k [L, R, H, dh, T], self_v [L, R, H, T, dh]; extra fields (ACF's clu_a, clu_u) [L, R, T]
-        return (4, 3) + (2,) * (len(self.cache_names) - 2)
+    def describe(self) -> dict[str, str]:
+        cfg, parts = self.cfg, []
+        for registry, name in ((ENCODER_ATTENTION, cfg.encoder_attention),
+                               (DECODER_SELF_ATTENTION, cfg.decoder_self_attention),
+                               (CROSS_ATTENTION, cfg.cross_attention)):
+            part = registry.get(name).describe(cfg)
+            if part and part not in parts:
+                parts.append(part)
+        return {"layers": f"{cfg.enc_layers}+{cfg.dec_layers}", "memory": ", ".join(parts) or "-"}
 
     def encode_extra_example(self, batch: int):
         return () if self.side is None else self.side.example_inputs(batch, self.fc.weight.device)
@@ -176,7 +180,11 @@ class TransformerCaptioner(Captioner):
         return (*cross, torch.stack(sks), torch.stack(svs), side_mask)
 
     def _side(self, cross, i):
-        return () if self.side is None else (cross[3][i], cross[4][i], cross[5])
+        """Decoder layer i's share of the side encoder's cross tensors, in declared order."""
+        if not self.side_state:
+            return ()
+        named = self.state.named("cross", cross)
+        return tuple(named[t.name][i] if t.per_layer else named[t.name] for t in self.side_state)
 
     def init_cache(self, batch: int):
         cfg = self.cfg

@@ -11,13 +11,13 @@ import numpy as np
 import torch
 
 from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search, settle_top_k
-from edgecap.models.captioner import Captioner
+from edgecap.models.captioner import CaptionModel
 
 
 class CachedStepper:
     """`rows` = images * beams rows over the cross state of the images (read once per image)."""
 
-    def __init__(self, model: Captioner, cross, rows: int):
+    def __init__(self, model: CaptionModel, cross, rows: int):
         self.model = model
         self.cross = cross
         self.cache = model.init_cache(rows)
@@ -55,7 +55,7 @@ class CachedStepper:
 class PrefixStepper:
     """Encodes once, then re-runs the decoder over the whole prefix at every step."""
 
-    def __init__(self, model: Captioner, cross, rows: int, repeats: int):
+    def __init__(self, model: CaptionModel, cross, rows: int, repeats: int):
         self.model = model
         self.cross = model.expand_cross(cross, repeats)
         self.prefix = torch.empty(rows, 0, dtype=torch.long, device=cross[0].device)
@@ -72,7 +72,7 @@ class PrefixStepper:
 
 @torch.no_grad()
 def generate(
-    model: Captioner,
+    model: CaptionModel,
     feats: torch.Tensor,
     mask: torch.Tensor,
     options: DecodeOptions | None = None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgecap.models.captioner import Captioner
+from edgecap.models.captioner import CaptionModel
 from edgecap.models.config import CaptionerConfig
 from edgecap.models.registry import (
     CROSS_ATTENTION,
@@ -29,10 +29,10 @@ def check_parts(cfg: CaptionerConfig) -> None:
         registry.get(name)
 
 
-def build_from_config(cfg: CaptionerConfig) -> Captioner:
+def build_from_config(cfg: CaptionerConfig) -> CaptionModel:
     return DECODERS.get(cfg.decoder)(cfg)
 
 
-def build(name: str, **overrides) -> Captioner:
+def build(name: str, **overrides) -> CaptionModel:
     """`build("smart", vocab_size=500, d_model=128)` -> a freshly initialised model."""
     return build_from_config(preset_config(name, **overrides))

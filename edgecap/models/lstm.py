@@ -11,18 +11,27 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgecap.contract.state import StateDescription, cache_tensor, cross_tensor
 from edgecap.models.attention.base import MASK_VALUE
-from edgecap.models.captioner import Captioner
+from edgecap.models.captioner import CaptionModel
 from edgecap.models.registry import DECODERS
 
 
 @DECODERS.register("lstm")
-class UpDownCaptioner(Captioner):
-    cache_names = ("hidden", "cell")  # [2, B, H] each: attention LSTM, language LSTM
-    cross_names = ("feats", "att_feats", "mean_feat", "enc_mask")
+class UpDownCaptioner(CaptionModel):
+    # cache: per LSTM (attention, language) [B, hidden], replaced whole every step;
+    # cross: feats [B, N, d], att_feats [B, N, a], mean_feat [B, d], enc_mask [B, N]
+    STATE = StateDescription(
+        cache=(cache_tensor("hidden", 0), cache_tensor("cell", 0)),
+        cross=tuple(cross_tensor(name, 0) for name in ("feats", "att_feats", "mean_feat", "enc_mask")),
+        layers=2,
+    )
+
+    export_spec = "lstm"
 
     def __init__(self, cfg):
         super().__init__(cfg)
+        self.state = self.STATE
         hid, emb, att, d = cfg.lstm.hidden, cfg.lstm.embed, cfg.lstm.attention_hidden, cfg.d_model
         self.feat_proj = nn.Sequential(nn.Linear(cfg.d_in, d), nn.ReLU(), nn.Dropout(cfg.dropout))
         self.word_emb = nn.Embedding(cfg.vocab_size, emb, padding_idx=cfg.pad_id)
@@ -34,12 +43,8 @@ class UpDownCaptioner(Captioner):
         self.dropout = nn.Dropout(cfg.dropout)
         self.fc = nn.Linear(hid, cfg.vocab_size)
 
-    @property
-    def cross_batch_axes(self):
-        return (0, 0, 0, 0)
-
-    cross_layered = (False, False, False, False)
-    cache_slot_axes = (None, None)  # the whole state is new every step
+    def describe(self) -> dict[str, str]:
+        return {"layers": "2 LSTM", "memory": "-"}
 
     def encode(self, feats, mask, *extra):
         self.check_extra(extra)

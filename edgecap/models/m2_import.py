@@ -323,7 +323,7 @@ def import_m2(
     n_regions: int = 50,
 ):
     """-> (model in eval mode, Vocab, meta) from official M2 files."""
-    from edgecap.models.pretrained import sha256_file
+    from edgecap.io import sha256_file
 
     state, extra = read_m2_checkpoint(weights)
     itos = read_m2_vocab(vocab)

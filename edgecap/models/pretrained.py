@@ -12,53 +12,14 @@ The front ends that use these weights live in `models/frontends/`.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import warnings
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
-
-
-@dataclass(frozen=True)
-class Preprocessing:
-    """How images must be prepared for a set of weights (see `contract.preprocess`)."""
-
-    size: int
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
-    resize: str = "bicubic"
-    channel_order: str = "RGB"
-    crop: str = "none"  # "center": shorter side -> resize_size, then the centre size x size
-    resize_size: int = 0  # 0 = size
-
-    def visual_overrides(self) -> dict:
-        """The `visual.*` config fields that carry this preprocessing."""
-        return {
-            "image_size": self.size,
-            "mean": tuple(self.mean),
-            "std": tuple(self.std),
-            "resize": self.resize,
-            "channel_order": self.channel_order,
-            "crop": self.crop,
-            "resize_size": self.resize_size or self.size,
-        }
-
-    def to_dict(self) -> dict:
-        """The manifest / HDF5-attribute form (`contract.preprocess.preprocess_as`)."""
-        v = self.visual_overrides()
-        return {"size": v.pop("image_size"), **{k: list(x) if isinstance(x, tuple) else x for k, x in v.items()}}
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from edgecap.io import sha256_file
 
 
 def resolve_weights(path: str | os.PathLike, sha256: str = "", what: str = "weights") -> Path:

@@ -1,35 +1,51 @@
 """Registries of plug-in parts and of model presets.
 
-Variant modules register their classes with a decorator; presets are JSON files in
+Variant modules register their classes with a decorator and are found by the registry
+itself (every module of the attention and front-end packages); presets are JSON files in
 `models/configs/`, one per model, so a new size needs no code.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 from importlib import resources
 
 from edgecap.errors import EdgecapError, did_you_mean
 
 
 class Registry:
-    """Name -> class. Duplicate or unknown names raise, listing the valid ones."""
+    """Name -> class. Duplicate or unknown names raise, listing the valid ones.
 
-    def __init__(self, kind: str):
+    A registry finds its classes itself: `places` are modules and packages whose modules
+    register classes when imported (a package: every module in it, found with pkgutil), so a
+    new variant is a new module in its package and no list names it."""
+
+    def __init__(self, kind: str, places: tuple[str, ...]):
         self.kind = kind
+        self.places = places
         self._items: dict[str, type] = {}
 
     def register(self, name: str):
         def wrap(cls):
-            if name in self._items:
+            if self._items.get(name, cls) is not cls:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._items[name] = cls
             return cls
 
         return wrap
 
+    def discover(self) -> None:
+        """Import every module of this registry's places (imports are cached: cheap again)."""
+        for place in self.places:
+            module = importlib.import_module(place)
+            for found in pkgutil.iter_modules(getattr(module, "__path__", ()), place + "."):
+                importlib.import_module(found.name)
+
     def get(self, name: str):
-        _load_variants()
+        if name not in self._items:
+            self.discover()
         if name not in self._items:
             raise EdgecapError(
                 f"unknown {self.kind} {name!r}{did_you_mean(name, self._items)}; "
@@ -38,42 +54,25 @@ class Registry:
         return self._items[name]
 
     def names(self) -> list[str]:
-        _load_variants()
+        self.discover()
         return sorted(self._items)
 
 
-ENCODER_ATTENTION = Registry("encoder attention")
-DECODER_SELF_ATTENTION = Registry("decoder self-attention")
-CROSS_ATTENTION = Registry("cross-attention")
-DECODERS = Registry("decoder")
-VISUAL = Registry("visual front end")
-
-_VARIANT_MODULES = (
-    "edgecap.models.attention.base",
-    "edgecap.models.attention.memory",
-    "edgecap.models.attention.prototype",
-    "edgecap.models.attention.cross",
-    "edgecap.models.attention.meshed",
-    "edgecap.models.attention.retrieval",
-    "edgecap.models.attention.clustering",
-    "edgecap.models.core",
-    "edgecap.models.lstm",
-    "edgecap.models.visual",
-    "edgecap.models.frontends.openclip",
-    "edgecap.models.frontends.tv",
-)
+ATTENTION = "edgecap.models.attention"
+ENCODER_ATTENTION = Registry("encoder attention", (ATTENTION,))
+DECODER_SELF_ATTENTION = Registry("decoder self-attention", (ATTENTION,))
+CROSS_ATTENTION = Registry("cross-attention", (ATTENTION,))
+DECODERS = Registry("decoder", ("edgecap.models.core", "edgecap.models.lstm"))
+VISUAL = Registry("visual front end", ("edgecap.models.visual", "edgecap.models.frontends"))
+REGISTRIES = (ENCODER_ATTENTION, DECODER_SELF_ATTENTION, CROSS_ATTENTION, DECODERS, VISUAL)
 
 
-def _load_variants() -> None:
-    import importlib
-
-    for module in _VARIANT_MODULES:
-        importlib.import_module(module)
+# Where presets are found: the package's own configs/ (a list, so a test can add a folder).
+PRESET_FOLDERS: list = [resources.files("edgecap.models") / "configs"]
 
 
 def _preset_files() -> dict[str, object]:
-    folder = resources.files("edgecap.models") / "configs"
-    return {p.name[:-5]: p for p in folder.iterdir() if p.name.endswith(".json")}
+    return {p.name[:-5]: p for folder in PRESET_FOLDERS for p in folder.iterdir() if p.name.endswith(".json")}
 
 
 def list_models() -> list[str]:

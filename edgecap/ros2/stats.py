@@ -6,7 +6,9 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from edgecap.runtime.records import Record, Summary, percentile
+import numpy as np
+
+from edgecap.runtime.records import Record, Summary
 
 WINDOW_S = 10.0          # captions/s and latency percentiles cover the last this many seconds
 
@@ -34,7 +36,7 @@ class NodeStats:
         """The key-values of the node's DiagnosticStatus."""
         rate, latencies = self.window()
         grabber = self.summary.grabber
-        p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
+        p50, p95 = (float(np.percentile(latencies, q)) if latencies else None for q in (50, 95))
         return [
             ("captions_per_s", f"{rate:.2f}"),
             ("captioned", str(self.summary.captioned)),

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgecap.contract.manifest import GraphEntry, ManifestError
 from edgecap.errors import EdgecapError, require
-
-from .manifest import GraphEntry, ManifestError
 
 PREFERRED_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 

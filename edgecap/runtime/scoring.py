@@ -14,20 +14,10 @@ from __future__ import annotations
 
 import threading
 
+from edgecap.contract.objects import KnownObject, class_areas
 from edgecap.errors import MissingExtraError
 
-from .sources import KnownObject
-
 COVERAGE_OFF = "coverage off: pip install edgecap[nlp]"
-
-
-def class_areas(objects: list[KnownObject]) -> dict[str, float]:
-    """{class: the largest coverage area of its objects}: the ground truth coverage scores a
-    caption against, live (CoverageAnnotator) and over a recorded run (`eval coverage --records`)."""
-    gt: dict[str, float] = {}
-    for obj in objects:
-        gt[obj.cls] = max(gt.get(obj.cls, 0.0), obj.area)
-    return gt
 
 
 class CoverageAnnotator:

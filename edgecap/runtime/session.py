@@ -21,10 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search, row_top_k
+from edgecap.contract.manifest import Manifest, load_manifest
+from edgecap.contract.state import CACHE_OUT_SUFFIX
 from edgecap.errors import EdgecapError, require
 
 from .engines import OrtGraph, TrtGraph
-from .manifest import Manifest, load_manifest
 
 
 class _CacheGroup:
@@ -32,10 +33,11 @@ class _CacheGroup:
     array whose slices the graph reads and writes, so writing a step's new slots and reordering
     beams are one numpy call for the whole group."""
 
-    def __init__(self, shape, new_shape, dtype, axis, count: int):
+    def __init__(self, shape, new_shape, dtype, axis, batch_axis: int, count: int):
         self.cache = np.zeros((count, *shape), dtype)
         self.new = np.zeros((count, *new_shape), dtype)
         self.axis = axis  # of the T slots in one tensor; None: the output is the whole tensor
+        self.batch_axis = batch_axis
 
     def _slots(self, stop: int, start: int = 0):
         return self.cache[(slice(None),) * (self.axis + 1) + (slice(start, stop),)]
@@ -43,9 +45,9 @@ class _CacheGroup:
     def write(self, t: int) -> None:
         np.copyto(self.cache if self.axis is None else self._slots(t + 1, t), self.new)
 
-    def move(self, src: np.ndarray, dst: np.ndarray, filled: int, batch_axis: int) -> None:
+    def move(self, src: np.ndarray, dst: np.ndarray, filled: int) -> None:
         part = self.cache if self.axis is None else self._slots(filled)
-        view = np.moveaxis(part, batch_axis + 1, 1)
+        view = np.moveaxis(part, self.batch_axis + 1, 1)
         view[:, dst] = view[:, src]  # the right side is gathered first, so rows may swap
 
 
@@ -68,22 +70,22 @@ class BundleStepper:
         # search row i * beam + j -> graph row i * beam_size + j
         self.rows = (np.arange(images)[:, None] * per_image + np.arange(beam)[None, :]).reshape(-1)
         self.identity = beam == per_image
-        self.batch_axis = state.cache_batch_axis
         ins, outs = {t.name: t for t in entry.inputs}, {t.name: t for t in entry.outputs}
         self.token = np.zeros(images * per_image, np.int64)
         self.step = np.zeros((), np.int64)
         # the exporter drops inputs a graph never reads (an LSTM's step); those get no buffer
-        self.cross_names = list(state.cross_names)
-        self.cross = {n: np.zeros(ins[n].shape, np.dtype(ins[n].dtype)) for n in state.cross_names if n in ins}
+        self.cross_names = state.cross_names
+        self.cross = {n: np.zeros(ins[n].shape, np.dtype(ins[n].dtype)) for n in self.cross_names if n in ins}
         bound: dict[str, np.ndarray] = {}
         members: dict[tuple, list[tuple[str, str]]] = {}
-        for name, out, axis in zip(state.cache_names, state.cache_outputs, state.cache_slot_axes, strict=True):
+        for tensor in state.graph_tensors("cache"):
+            name, out = tensor.name, tensor.name + CACHE_OUT_SUFFIX
             if name in ins:
-                key = (tuple(ins[name].shape), tuple(outs[out].shape), ins[name].dtype, axis)
+                key = (tuple(ins[name].shape), tuple(outs[out].shape), ins[name].dtype, tensor.slot_axis, tensor.batch_axis)
                 members.setdefault(key, []).append((name, out))
         self.groups = []
-        for (shape, new_shape, dtype, axis), names in members.items():
-            group = _CacheGroup(shape, new_shape, np.dtype(dtype), axis, len(names))
+        for (shape, new_shape, dtype, axis, batch_axis), names in members.items():
+            group = _CacheGroup(shape, new_shape, np.dtype(dtype), axis, batch_axis, len(names))
             for i, (name, out) in enumerate(names):
                 bound[name], bound[out] = group.cache[i], group.new[i]
             self.groups.append(group)
@@ -131,7 +133,7 @@ class BundleStepper:
         if not moved.any():
             return
         for group in self.groups:
-            group.move(src[moved], dst[moved], self.filled, self.batch_axis)
+            group.move(src[moved], dst[moved], self.filled)
 
 
 class Bundle:
@@ -217,10 +219,7 @@ class Bundle:
     @property
     def preprocessing(self) -> dict:
         pre = self.manifest.preprocessing
-        return {} if pre is None else {
-            "size": pre.size, "resize": pre.resize, "mean": list(pre.mean), "std": list(pre.std),
-            "channel_order": pre.channel_order, "crop": pre.crop, "resize_size": pre.resize_size,
-        }
+        return {} if pre is None else pre.to_dict()
 
     @property
     def decoding(self) -> dict:
@@ -282,18 +281,7 @@ class Bundle:
 
     def captions(self, hyp: Hypotheses) -> list[str]:
         """The best hypothesis of each image as text (specials dropped, up to EOS)."""
-        special = {self.pad_id, self.bos_id}
-        out = []
-        for row in np.asarray(hyp.tokens)[:, 0]:
-            words = []
-            for token in row:
-                token = int(token)
-                if token == self.eos_id:
-                    break
-                if token not in special:
-                    words.append(self.itos[token])
-            out.append(" ".join(words))
-        return out
+        return [" ".join(self.manifest.vocab.decode(row)) for row in np.asarray(hyp.tokens)[:, 0]]
 
 
 def _importable(module: str) -> bool:

@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
+from edgecap.contract.objects import KnownObject
 from edgecap.errors import EdgecapError
 from edgecap.io import stderr_lines
 
@@ -76,54 +77,6 @@ def masked(source: str) -> str:
     if not at or ":" not in userinfo:
         return text
     return text.replace(netloc, f"{userinfo.split(':', 1)[0]}:***@{host}", 1)
-
-
-@dataclass(frozen=True)
-class KnownObject:
-    """An object known to be in a frame: ground truth or an external detector's output."""
-
-    cls: str
-    box: tuple[float, float, float, float]   # left, top, right, bottom in pixels, inclusive
-    area: float                              # coverage area: fraction of the image, 0..1, by --area
-    box_area: float | None = None            # the box's fraction of the image
-    pixel_area: float | None = None          # the mask's pixel fraction, when the source knows it
-
-    @classmethod
-    def measured(cls, name: str, box, pixel_area: float | None, width: int, height: int,
-                 area: str = "box") -> KnownObject:
-        """An object whose coverage area is `area` (edgecap.data.acvr.object_area), with both of
-        its areas kept, so a recorded run can be re-scored by the other one."""
-        from edgecap.data.acvr import box_fraction, object_area
-
-        box = tuple(float(v) for v in box)
-        return cls(name, box, object_area(box, pixel_area, width, height, area), box_fraction(box, width, height),
-                   None if pixel_area is None else float(pixel_area))
-
-    @classmethod
-    def from_record(cls, obj, area: str | None = None) -> KnownObject:
-        """An object of a caption record (`to_json`) whose coverage area is `area`: "box", "pixels"
-        (the mask's, else the box, as every source falls back) or None, the area the run used.
-        Raises ValueError saying what is wrong with it."""
-        if not isinstance(obj, dict) or not isinstance(obj.get("class"), str):
-            raise ValueError(f"object {str(obj)[:60]!r} has no 'class'")
-        key = {None: "area", "box": "box_area", "pixels": "pixel_area"}[area]
-        if area == "pixels" and obj.get(key) is None:
-            key = "box_area"
-        value = obj.get(key)
-        if value is None:
-            raise ValueError(f"object {obj['class']!r} has no {key!r} (a record written before 24 Nov 2026 "
-                             f"carries only the run's own 'area': leave out --area)")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"object {obj['class']!r}: {key} {value!r} is not a fraction of the image")
-        box = tuple(float(v) for v in obj.get("box") or (0, 0, 0, 0))
-        return cls(obj["class"], box, float(value), obj.get("box_area"), obj.get("pixel_area"))
-
-    def to_json(self) -> dict:
-        out = {"class": self.cls, "box": [round(float(v), 2) for v in self.box], "area": round(float(self.area), 6)}
-        for key in ("box_area", "pixel_area"):
-            if getattr(self, key) is not None:
-                out[key] = round(float(getattr(self, key)), 6)
-        return out
 
 
 def folder_images(path: Path) -> list[Path]:

@@ -50,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from edgecap.errors import EdgecapError
-    from edgecap.train.config import load_config
     from edgecap.train.loop import Trainer
+    from edgecap.train.overrides import load_config
 
     out, config = run_dir_and_config(args)
     overrides = list(args.overrides)

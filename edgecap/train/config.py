@@ -23,7 +23,6 @@ import dataclasses
 import inspect
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,7 @@ from typing import Any
 from edgecap.config_paths import existing_from_run_start, from_run_start
 from edgecap.data.karpathy import KARPATHY_SOURCE
 from edgecap.errors import EdgecapError, did_you_mean
-from edgecap.jsonio import read_text
 from edgecap.typed import typed
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 SCHEDULES = ("noam", "warmup-constant-decay", "constant")
 OPTIMIZERS = ("adam", "adamw")
@@ -416,40 +409,6 @@ def _validate_retrieval(cfg: TrainConfig, model_cfg, where: str) -> None:
             f"{where}: [retrieval].visual_from needs an image front end, but visual.kind = \"features\" "
             f"(precomputed features are embedded as they are)"
         )
-
-
-def load_config(path: str | os.PathLike, overrides: tuple[str, ...] | list[str] = (),
-                data_dir: str | os.PathLike | None = None) -> TrainConfig:
-    """Read a TOML config; `data_dir` (--data) and `overrides` (--set key=value, applied after
-    it) change it first (edgecap.train.overrides). A changed config's `text` is the TOML of
-    the result, which the run directory keeps."""
-    path = Path(path)
-    if not path.is_file():
-        raise EdgecapError(f"config {path} does not exist")
-    text = read_text(path, where=f"config {path}")  # drops Windows Notepad's BOM, which tomllib refuses
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise EdgecapError(f"config {path}: not valid TOML ({exc})") from exc
-    if not overrides and data_dir is None:
-        return parse_config(data, source=str(path), text=text)
-    from edgecap.train.overrides import apply_data_dir, apply_set
-
-    changes, missing = [], None
-    if data_dir is not None:
-        missing = apply_data_dir(data, data_dir)
-        changes.append(f"--data {data_dir}")
-    for assignment in overrides:
-        apply_set(data, assignment)
-        changes.append(f"--set {assignment}")
-    if missing and not (data.get("data") or {}).get("features"):
-        raise EdgecapError(missing)
-    try:
-        cfg = parse_config(data, source=str(path))
-    except EdgecapError as exc:
-        raise EdgecapError(f"{exc} (after {' '.join(changes)})") from None
-    cfg.text = f"# {path} with {' '.join(changes)}\n" + to_toml(cfg.to_dict())
-    return cfg
 
 
 def to_toml(data: dict) -> str:

@@ -108,7 +108,7 @@ def evaluate(ck: Checkpoint, data: Path, splits=("val", "test"), beams=(1, 3), s
 
 
 def package(run: Path, out_dir: Path = ASSETS, name: str = "demo-smart", coverage: bool = True) -> dict:
-    from edgecap.train.config import load_config
+    from edgecap.train.overrides import load_config
 
     run = Path(run)
     for f in ("best_xe.pt", "last.pt", "best.pt", "summary.json", "config.toml"):

@@ -63,8 +63,9 @@ from edgecap.jsonio import read_json
 from edgecap.models.checkpoint import read_payload, save_checkpoint
 from edgecap.models.factory import build_from_config
 from edgecap.progress import bar_wanted, progress_bar
-from edgecap.train.config import TrainConfig, load_config, parse_config, to_toml
+from edgecap.train.config import TrainConfig, parse_config, to_toml
 from edgecap.train.metrics_log import MetricsLog, plot_curves
+from edgecap.train.overrides import load_config
 from edgecap.train.process import (
     barrier,
     init_distributed,

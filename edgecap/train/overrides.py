@@ -15,11 +15,20 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 from edgecap.errors import EdgecapError, did_you_mean
+from edgecap.jsonio import read_text
+from edgecap.train.config import TrainConfig, parse_config, to_toml
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 UNTYPED = object()  # a field whose default does not tell its type (e.g. None)
 
@@ -97,8 +106,6 @@ def schema_default(key: str, where: str):
 
 def _literal(raw: str):
     """A TOML value (number, bool, list, quoted string); anything else is the text itself."""
-    from edgecap.train.config import tomllib
-
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -196,3 +203,35 @@ def apply_data_dir(data: dict, folder: str | Path) -> str | None:
         return None
     section["images"] = str(folder / "images" if (folder / "images").is_dir() else folder)
     return None
+
+
+def load_config(path: str | os.PathLike, overrides: tuple[str, ...] | list[str] = (),
+                data_dir: str | os.PathLike | None = None) -> TrainConfig:
+    """Read a TOML config; `data_dir` (--data) and `overrides` (--set key=value, applied after
+    it) change it first (apply_data_dir, apply_set below). A changed config's `text` is the TOML of
+    the result, which the run directory keeps."""
+    path = Path(path)
+    if not path.is_file():
+        raise EdgecapError(f"config {path} does not exist")
+    text = read_text(path, where=f"config {path}")  # drops Windows Notepad's BOM, which tomllib refuses
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise EdgecapError(f"config {path}: not valid TOML ({exc})") from exc
+    if not overrides and data_dir is None:
+        return parse_config(data, source=str(path), text=text)
+    changes, missing = [], None
+    if data_dir is not None:
+        missing = apply_data_dir(data, data_dir)
+        changes.append(f"--data {data_dir}")
+    for assignment in overrides:
+        apply_set(data, assignment)
+        changes.append(f"--set {assignment}")
+    if missing and not (data.get("data") or {}).get("features"):
+        raise EdgecapError(missing)
+    try:
+        cfg = parse_config(data, source=str(path))
+    except EdgecapError as exc:
+        raise EdgecapError(f"{exc} (after {' '.join(changes)})") from None
+    cfg.text = f"# {path} with {' '.join(changes)}\n" + to_toml(cfg.to_dict())
+    return cfg

@@ -33,7 +33,7 @@ from torch import nn
 from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
 from edgecap.contract.vocab import Vocab
 from edgecap.metrics.ciderd import CiderD
-from edgecap.models.captioner import Captioner
+from edgecap.models.captioner import CaptionModel
 from edgecap.models.decoding import CachedStepper
 
 
@@ -52,7 +52,7 @@ class SCSTStats:
 
 
 class SCST:
-    def __init__(self, model: Captioner, vocab: Vocab, cider, refs: list[list[str]],
+    def __init__(self, model: CaptionModel, vocab: Vocab, cider, refs: list[list[str]],
                  beam_size: int = 5, baseline: str = "mean", max_len: int | None = None):
         """refs[i]: the reference strings of training image i (dataset index)."""
         if baseline not in ("mean", "greedy"):

@@ -17,15 +17,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgecap.models.captioner import Captioner
+from edgecap.models.captioner import CaptionModel
 
 
-def select_cross(model: Captioner, cross, owner: torch.Tensor):
+def select_cross(model: CaptionModel, cross, owner: torch.Tensor):
     """Row r of the result is image owner[r]'s cross state (batch axes per model)."""
     return tuple(t.index_select(axis, owner) for t, axis in zip(cross, model.cross_batch_axes, strict=True))
 
 
-def run_visual(model: Captioner, inputs, mask, frozen: bool = False):
+def run_visual(model: CaptionModel, inputs, mask, frozen: bool = False):
     """The visual front end; a frozen one always in eval mode and without autograd."""
     if not frozen:
         return model.visual(inputs, mask)
@@ -36,7 +36,7 @@ def run_visual(model: Captioner, inputs, mask, frozen: bool = False):
 
 
 class CaptionTrainModule(nn.Module):
-    def __init__(self, model: Captioner, frozen_visual: bool = False):
+    def __init__(self, model: CaptionModel, frozen_visual: bool = False):
         super().__init__()
         self.model = model
         self.frozen_visual = frozen_visual

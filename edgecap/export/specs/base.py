@@ -1,4 +1,4 @@
-"""The shared part of every export spec: three graphs over the Captioner interface.
+"""The shared part of every export spec: three graphs over the CaptionModel interface (models/captioner.py).
 
     visual        images [B, 3, H, W] float32            -> features [B, N, D_in], mask [B, N] bool
     encoder       features [B, N, D_in], mask [B, N], and the model's extra encode inputs
@@ -11,8 +11,9 @@ with B = batch, K = beam and R = B * K (the beams of an image consecutive). A te
 stacks per decoder layer (cache fields, cross K/V) is a separate graph tensor per layer,
 `<name>.<layer>`: onnxruntime copies any slice of a graph input, so a stacked input would be
 copied every step. The step returns only what changed, `<cache name>.new`: the new position's
-slot (the runtime writes it in place; `cache_slot_axes` in the manifest) or, for a recurrent
-state, the whole new state. A subclass (one per decoder kind) sets the tolerances and declares
+slot (the runtime writes it in place, along the slot axis the model's state description gives)
+or, for a recurrent state, the whole new state. The manifest's `state` is that description
+(edgecap.contract.state), written as the model declares it. A subclass (one per decoder kind) sets the tolerances and declares
 inputs its step graph does not read.
 """
 
@@ -23,34 +24,31 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from edgecap.contract.preprocess import Preprocessing
+from edgecap.contract.state import CACHE_OUT_SUFFIX
+from edgecap.models.registry import Registry
+
 TOKEN, STEP, LOGPROBS = "token", "step", "logprobs"
 TOP_LOGPROBS, TOP_TOKENS = "top_logprobs", "top_tokens"
-CACHE_OUT_SUFFIX = ".new"
+# name (a model's `export_spec`) -> spec class; every module of this package registers its own
+EXPORT_SPECS = Registry("export spec", ("edgecap.export.specs",))
 
 
-def layer_names(names, layered, layers: int) -> list[str]:
-    """Graph tensor names: `<name>.<i>` for each layer of a layered tensor, else `<name>`."""
+def split_layers(tensors, described) -> list:
+    """Stacked tensors -> the graph's flat list (per-layer ones one tensor per layer)."""
     out = []
-    for name, split in zip(names, layered, strict=True):
-        out.extend([f"{name}.{i}" for i in range(layers)] if split else [name])
+    for tensor, d in zip(tensors, described, strict=True):
+        out.extend(tensor.unbind(0) if d.per_layer else [tensor])
     return out
 
 
-def split_layers(tensors, layered) -> list:
-    """Stacked tensors -> the graph's flat list (layered ones one tensor per layer)."""
-    out = []
-    for tensor, split in zip(tensors, layered, strict=True):
-        out.extend(tensor.unbind(0) if split else [tensor])
-    return out
-
-
-def join_layers(flat, layered, layers: int) -> tuple:
-    """The graph's flat list -> one entry per model tensor (a list of layers where layered);
-    the model indexes a list by layer as it indexes a stacked tensor."""
+def join_layers(flat, described, layers: int) -> tuple:
+    """The graph's flat list -> one entry per model tensor (a list of layers where per
+    layer); the model indexes a list by layer as it indexes a stacked tensor."""
     out, i = [], 0
-    for split in layered:
-        out.append(list(flat[i:i + layers]) if split else flat[i])
-        i += layers if split else 1
+    for d in described:
+        out.append(list(flat[i:i + layers]) if d.per_layer else flat[i])
+        i += layers if d.per_layer else 1
     return tuple(out)
 
 
@@ -81,20 +79,21 @@ class _Encoder(nn.Module):
         self.model = model
 
     def forward(self, feats, mask, *extra):
-        return tuple(split_layers(self.model.encode(feats, mask, *extra), self.model.cross_layered))
+        return tuple(split_layers(self.model.encode(feats, mask, *extra), self.model.state.cross))
 
 
 class _Step(nn.Module):
-    def __init__(self, model, cache_layers: int, cross_layers: int, top_k: int):
+    def __init__(self, model, top_k: int):
         super().__init__()
         self.model = model
-        self.cache_layers, self.cross_layers, self.top_k = cache_layers, cross_layers, top_k
-        self.n_cache = len(model.cache_names) * cache_layers
+        self.top_k = top_k
+        self.n_cache = len(model.state.graph_names("cache"))
 
-    def forward(self, token, step, *state):
+    def forward(self, token, step, *tensors):
         m = self.model
-        cache = join_layers(state[: self.n_cache], (True,) * len(m.cache_names), self.cache_layers)
-        cross = join_layers(state[self.n_cache:], m.cross_layered, self.cross_layers)
+        described = m.state
+        cache = join_layers(tensors[: self.n_cache], described.cache, described.layers)
+        cross = join_layers(tensors[self.n_cache:], described.cross, described.layers)
         logprobs, new = m.step(token, step, cache, cross)
         top, tokens = torch.topk(logprobs, self.top_k, dim=-1)
         return (logprobs, top, tokens, *[t for per_layer in new for t in per_layer])
@@ -103,7 +102,6 @@ class _Step(nn.Module):
 class ExportSpec:
     """What to export for one model at a static (batch, beam)."""
 
-    decoder = ""
     visual_atol = 1e-3
     encoder_atol = 1e-4
     step_atol = 1e-4
@@ -120,9 +118,6 @@ class ExportSpec:
             from edgecap.errors import EdgecapError
 
             raise EdgecapError(f"model {self.cfg.name!r}: init_cache is not all zeros; bundles start the cache at zeros")
-        # every cache field is stacked per layer on axis 0; layered cross tensors per decoder layer
-        self.cache_layers = int(cache[0].shape[0])
-        self.cross_layers = int(self.cfg.dec_layers)
         self.top_k = min(beam, self.cfg.vocab_size)
 
     # -- what the bundle says about the model ----------------------------------------------------
@@ -130,29 +125,14 @@ class ExportSpec:
     def takes_images(self) -> bool:
         return bool(getattr(self.model.visual, "takes_images", False))
 
-    def state(self) -> dict:
-        m = self.model
-        cache_names = layer_names(m.cache_names, (True,) * len(m.cache_names), self.cache_layers)
-        return {
-            "cross_names": layer_names(m.cross_names, m.cross_layered, self.cross_layers),
-            "cross_batch_axes": [int(a) - 1 if split else int(a) for a, split in zip(m.cross_batch_axes, m.cross_layered, strict=True)
-                                 for _ in range(self.cross_layers if split else 1)],
-            "cache_names": cache_names,
-            "cache_outputs": [n + CACHE_OUT_SUFFIX for n in cache_names],
-            "cache_batch_axis": int(m.cache_batch_axis) - 1,
-            "cache_slot_axes": [None if a is None else int(a) - 1 for a in m.cache_slot_axes for _ in range(self.cache_layers)],
-            "top_k": self.top_k,
-            "encode_extra_names": list(self.extra_names),
-        }
-
     def flat_cross(self, cross) -> list:
         """The model's cross tensors as the encoder graph outputs them (layers apart)."""
-        return split_layers(cross, self.model.cross_layered)
+        return split_layers(cross, self.model.state.cross)
 
-    def preprocessing(self) -> dict | None:
+    def preprocessing(self) -> Preprocessing | None:
         if not self.takes_images:
             return None
-        return self.cfg.visual.preprocessing()
+        return Preprocessing.from_mapping(self.cfg.visual.preprocessing())
 
     def frontend(self) -> dict:
         """The manifest's `frontend` record for a real-size front end ({} for the others):
@@ -222,21 +202,21 @@ class ExportSpec:
             out.append(GraphSpec("visual", _Visual(self.model).eval(), ["images"], ["features", "mask"], front,
                                  self.visual_atol))
         out.append(GraphSpec("encoder", _Encoder(self.model).eval(), ["features", "mask", *self.extra_names],
-                             self.state()["cross_names"], (feats, mask, *extra), self.encoder_atol))
+                             self.model.state.graph_names("cross"), (feats, mask, *extra), self.encoder_atol))
         out.append(self.step_graph(feats, mask, extra))
         return out
 
     def step_graph(self, feats, mask, extra=()) -> GraphSpec:
         m = self.model
         cross = self.flat_cross(m.encode(feats, mask, *extra))
-        cache = split_layers(m.init_cache(self.rows), (True,) * len(m.cache_names))
+        cache = split_layers(m.init_cache(self.rows), m.state.cache)
         token = torch.full((self.rows,), self.cfg.bos_id, dtype=torch.long)
         step = torch.tensor(0, dtype=torch.long)
-        state = self.state()
+        cache_names = m.state.graph_names("cache")
         return GraphSpec(
-            "decoder_step", _Step(m, self.cache_layers, self.cross_layers, self.top_k).eval(),
-            [TOKEN, STEP, *state["cache_names"], *state["cross_names"]],
-            [LOGPROBS, TOP_LOGPROBS, TOP_TOKENS, *state["cache_outputs"]],
+            "decoder_step", _Step(m, self.top_k).eval(),
+            [TOKEN, STEP, *cache_names, *m.state.graph_names("cross")],
+            [LOGPROBS, TOP_LOGPROBS, TOP_TOKENS, *(n + CACHE_OUT_SUFFIX for n in cache_names)],
             (token, step, *cache, *cross),
             self.step_atol,
             unused_inputs=self.step_unused_inputs,

@@ -9,11 +9,11 @@ that input and the manifest lists the inputs the graph really has.
 
 from __future__ import annotations
 
-from edgecap.export.specs.base import STEP, ExportSpec
+from edgecap.export.specs.base import EXPORT_SPECS, STEP, ExportSpec
 
 
+@EXPORT_SPECS.register("lstm")
 class LSTMSpec(ExportSpec):
-    decoder = "lstm"
     encoder_atol = 1e-5
     step_atol = 1e-4
     step_unused_inputs = (STEP,)

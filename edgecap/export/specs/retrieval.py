@@ -15,9 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
+from edgecap.export.specs.base import EXPORT_SPECS
 from edgecap.export.specs.transformer import TransformerSpec
 
 
+@EXPORT_SPECS.register("retrieval")
 class RetrievalSpec(TransformerSpec):
     def assets(self, root: Path, vocab) -> dict | None:
         from edgecap.retrieval.bundle import write_assets

@@ -11,11 +11,11 @@ buffers of the attention modules, so the exporter writes them as constant initia
 
 from __future__ import annotations
 
-from edgecap.export.specs.base import ExportSpec
+from edgecap.export.specs.base import EXPORT_SPECS, ExportSpec
 
 
+@EXPORT_SPECS.register("transformer")
 class TransformerSpec(ExportSpec):
-    decoder = "transformer"
     # log-softmax over a vocabulary after several layers of fp32 attention: a few ulps of 1
     encoder_atol = 1e-4
     step_atol = 2e-4

@@ -21,6 +21,7 @@ import math
 import torch
 from torch import nn
 
+from edgecap.contract.state import StateTensor
 from edgecap.models.registry import DECODER_SELF_ATTENTION, ENCODER_ATTENTION
 
 # Finite, so a row with every key masked gives a uniform (not NaN) distribution, and large
@@ -60,6 +61,11 @@ def ungroup_rows(out: torch.Tensor, rows: int, length: int) -> torch.Tensor:
 @ENCODER_ATTENTION.register("plain")
 @DECODER_SELF_ATTENTION.register("plain")
 class MultiHeadAttention(nn.Module):
+    @classmethod
+    def describe(cls, cfg) -> str:
+        """What this variant adds, for `edgecap models` ("" for nothing)."""
+        return ""
+
     def __init__(self, d_model: int, n_heads: int, cfg=None):
         super().__init__()
         self.d_model, self.n_heads = d_model, n_heads
@@ -159,8 +165,14 @@ class MultiHeadAttention(nn.Module):
     # than the sentence overrides them. `carry` is state handed from one layer to the next in
     # the same stack (None at the first layer; ACF's accumulated clustering matrix); `side` is
     # this layer's slice of the extra cross tensors a side encoder produced (RA-T's retrieved
-    # captions); `cache` is (k, v, *extra per-layer tensors named by `cache_fields`).
-    cache_fields: tuple[str, ...] = ()
+    # captions); `cache` is (k, v, *the extra per-layer tensors `cache_state` describes).
+    # The state a variant adds to the Transformer core's, described for export and runtime
+    # (edgecap.contract.state): extra cache tensors (batch first, per layer) and the cross
+    # tensors its side encoder makes, in the order `init_extra_cache` / `project_side` give them.
+    cache_state: tuple[StateTensor, ...] = ()
+    cross_state: tuple[StateTensor, ...] = ()
+    # the export spec a model with this variant needs ("": its decoder's own)
+    export_spec = ""
 
     @classmethod
     def side_encoder(cls, cfg):

@@ -29,6 +29,7 @@ import math
 import torch
 from torch import nn
 
+from edgecap.contract.state import cache_tensor
 from edgecap.errors import EdgecapError
 from edgecap.models.attention.base import MultiHeadAttention, slots_before
 from edgecap.models.registry import DECODER_SELF_ATTENTION, ENCODER_ATTENTION
@@ -72,6 +73,10 @@ def accumulate(c: torch.Tensor, carry):
 
 
 class _ClusteringBase(MultiHeadAttention):
+    @classmethod
+    def describe(cls, cfg) -> str:
+        return "clustering"
+
     def __init__(self, d_model: int, n_heads: int, cfg):
         super().__init__(d_model, n_heads, cfg)
         self.norm_s = nn.LayerNorm(d_model)
@@ -95,7 +100,8 @@ class _ClusteringBase(MultiHeadAttention):
 class ClusteringSelfAttention(_ClusteringBase):
     """1-D clustering over the words generated so far (causal)."""
 
-    cache_fields = ("clu_a", "clu_u")  # per layer [B, T]: a and u of every position
+    # per layer [R, T]: a and u of every position, one new slot per step
+    cache_state = (cache_tensor("clu_a", 0, slot_axis=1), cache_tensor("clu_u", 0, slot_axis=1))
 
     def init_extra_cache(self, batch, length, device):
         return torch.zeros(batch, length, device=device), torch.zeros(batch, length, device=device)

@@ -17,6 +17,11 @@ from edgecap.models.registry import CROSS_ATTENTION
 
 @CROSS_ATTENTION.register("single")
 class CrossAttention(nn.Module):
+    @classmethod
+    def describe(cls, cfg) -> str:
+        """What this variant adds, for `edgecap models` ("" for nothing)."""
+        return ""
+
     def __init__(self, cfg):
         super().__init__()
         self.attention = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg)

@@ -19,6 +19,10 @@ from edgecap.models.registry import ENCODER_ATTENTION
 
 @ENCODER_ATTENTION.register("memory")
 class MemoryAttention(MultiHeadAttention):
+    @classmethod
+    def describe(cls, cfg) -> str:
+        return f"{cfg.memory.slots} slots"
+
     def __init__(self, d_model: int, n_heads: int, cfg):
         super().__init__(d_model, n_heads, cfg)
         self.slots = cfg.memory.slots

@@ -18,6 +18,10 @@ from edgecap.models.registry import CROSS_ATTENTION
 
 @CROSS_ATTENTION.register("meshed")
 class MeshedCrossAttention(CrossAttention):
+    @classmethod
+    def describe(cls, cfg) -> str:
+        return "meshed"
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.gates = nn.ModuleList(nn.Linear(2 * cfg.d_model, cfg.d_model) for _ in range(cfg.enc_layers))

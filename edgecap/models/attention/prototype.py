@@ -23,6 +23,10 @@ MEMORY_SEGMENT, INPUT_SEGMENT = 0, 1
 
 @DECODER_SELF_ATTENTION.register("prototype")
 class PrototypeAttention(MultiHeadAttention):
+    @classmethod
+    def describe(cls, cfg) -> str:
+        return f"{cfg.prototype.count} prototypes"
+
     def __init__(self, d_model: int, n_heads: int, cfg):
         super().__init__(d_model, n_heads, cfg)
         count = cfg.prototype.count

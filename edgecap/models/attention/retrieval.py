@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from edgecap.contract.state import cross_tensor
 from edgecap.models.attention.base import MultiHeadAttention, slots_before
 from edgecap.models.core import FeedForward, sinusoid_table
 from edgecap.models.registry import DECODER_SELF_ATTENTION
@@ -80,6 +81,15 @@ class KnnAugmentedAttention(MultiHeadAttention):
             nn.init.xavier_uniform_(fc.weight)
             nn.init.zeros_(fc.bias)
         self.gate = nn.Parameter(torch.zeros(()))  # alpha = sigmoid(0) = 0.5 at the start
+
+    # per layer: memory keys [B, H, dh, M] and values [B, H, M, dh]; which of the M are captions [B, M]
+    export_spec = "retrieval"  # the Transformer graphs plus the retrieval index and captions
+    cross_state = (cross_tensor("side_k", 0, per_layer=True), cross_tensor("side_v", 0, per_layer=True),
+                   cross_tensor("side_mask", 0))
+
+    @classmethod
+    def describe(cls, cfg) -> str:
+        return f"kNN {cfg.retrieval.k} captions"
 
     @classmethod
     def side_encoder(cls, cfg):

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from edgecap.errors import EdgecapError, did_you_mean
+from edgecap.models.frontends.openclip_names import open_clip_names
 
 RANDOM_SEED = 0
 RANDOM = "random"  # what the manifest and HDF5 provenance say for seeded random weights
@@ -232,8 +233,6 @@ def kind_of(backbone: str) -> str:
         return FRONT_ENDS[backbone].kind
     if backbone.endswith(".json"):
         return "open_clip"
-    from edgecap.models.frontends.openclip import open_clip_names
-
     if backbone in open_clip_names():
         return "open_clip"
     raise EdgecapError(
@@ -277,7 +276,7 @@ def provenance(vc, n_tokens: int, width: int) -> dict:
     front end its captioner was trained on."""
     from pathlib import Path
 
-    from edgecap.models.pretrained import sha256_file
+    from edgecap.io import sha256_file
 
     backbone = Path(vc.backbone).stem if vc.backbone.endswith(".json") else vc.backbone
     return {

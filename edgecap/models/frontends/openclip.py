@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-from edgecap.errors import EdgecapError, did_you_mean, require
+from edgecap.contract.preprocess import Preprocessing
+from edgecap.errors import EdgecapError, did_you_mean
 from edgecap.models.frontends.base import FrontEnd, materialise, require_multiple, weights_to_load
-from edgecap.models.pretrained import Preprocessing, check_fits, is_torchscript, read_state_dict
+from edgecap.models.frontends.openclip_names import open_clip_module, open_clip_names
+from edgecap.models.pretrained import check_fits, is_torchscript, read_state_dict
 from edgecap.models.registry import VISUAL
 
 # open_clip's interpolation names -> the OpenCV filter names `contract.preprocess` accepts.
@@ -35,18 +36,9 @@ _RESIZE_NAMES = {"bicubic": "bicubic", "bilinear": "bilinear", "nearest": "neare
 _CROPS = {"shortest": "center", "squash": "none"}
 
 
-def _open_clip():
-    return require("open_clip", "train", "open_clip visual front ends")
-
-
-@lru_cache(maxsize=1)
-def open_clip_names() -> tuple[str, ...]:
-    return tuple(_open_clip().list_models())
-
-
 def model_name(backbone: str) -> str:
     """A built-in open_clip config name, or the name of a registered custom config JSON."""
-    open_clip = _open_clip()
+    open_clip = open_clip_module()
     if not backbone:
         raise EdgecapError("open_clip: no backbone named (e.g. ViT-B-32, or a model config .json file)")
     if backbone.endswith(".json"):
@@ -65,7 +57,7 @@ def model_name(backbone: str) -> str:
 
 
 def model_config(backbone: str) -> dict:
-    cfg = _open_clip().get_model_config(model_name(backbone))
+    cfg = open_clip_module().get_model_config(model_name(backbone))
     if not cfg or "vision_cfg" not in cfg:
         raise EdgecapError(f"open_clip backbone {backbone!r} has no vision_cfg")
     vision = cfg["vision_cfg"]
@@ -80,7 +72,7 @@ def _is_resnet(vision: dict) -> bool:
 
 
 @contextlib.contextmanager
-def _quiet_open_clip():
+def _quietopen_clip_module():
     """open_clip logs through the root logger (e.g. that a model is randomly initialised)."""
     root = logging.getLogger()
     level = root.level
@@ -92,11 +84,11 @@ def _quiet_open_clip():
 
 
 def build_tower(backbone: str, size: int) -> nn.Module:
-    open_clip = _open_clip()
+    open_clip = open_clip_module()
     cfg = model_config(backbone)
     vision = {**cfg["vision_cfg"], "image_size": size}
     builder = getattr(getattr(open_clip, "model", None), "_build_vision_tower", None)
-    with _quiet_open_clip():
+    with _quietopen_clip_module():
         if builder is not None:
             return builder(cfg["embed_dim"], vision, quick_gelu=cfg.get("quick_gelu", False))
         # open_clip without the tower builder: the whole model, text tower dropped
@@ -128,7 +120,7 @@ def load_tower(tower: nn.Module, path: Path, backbone: str) -> None:
     pos = state.get("positional_embedding")
     if pos is not None and "positional_embedding" in own and pos.shape != own["positional_embedding"].shape:
         wrapped = {"visual.positional_embedding": pos}
-        _open_clip().model.resize_pos_embed(wrapped, SimpleNamespace(visual=tower))
+        open_clip_module().model.resize_pos_embed(wrapped, SimpleNamespace(visual=tower))
         state = {**state, "positional_embedding": wrapped["visual.positional_embedding"]}
     check_fits(own, state, path, backbone, "open_clip weights")
     tower.load_state_dict(state, strict=True)
@@ -152,7 +144,7 @@ class OpenCLIPFrontEnd(FrontEnd):
 
     @classmethod
     def recipe(cls, backbone: str, size: int) -> Preprocessing:
-        open_clip = _open_clip()
+        open_clip = open_clip_module()
         defaults = open_clip.transform.PreprocessCfg()
         given = dict(model_config(backbone).get("preprocess_cfg") or {})
         mode = given.get("resize_mode", defaults.resize_mode)

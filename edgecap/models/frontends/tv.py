@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from edgecap.contract.preprocess import Preprocessing
 from edgecap.errors import EdgecapError, did_you_mean, require
 from edgecap.models.frontends.base import (
     FRONT_ENDS,
@@ -25,7 +26,7 @@ from edgecap.models.frontends.base import (
     require_multiple,
     weights_to_load,
 )
-from edgecap.models.pretrained import Preprocessing, check_fits, read_state_dict
+from edgecap.models.pretrained import check_fits, read_state_dict
 from edgecap.models.registry import VISUAL
 
 NAMES = tuple(f.name for f in FRONT_ENDS.values() if f.kind == "torchvision")

@@ -1,5 +1,6 @@
 """What edgecap asks of the `tensorrt` and cuda-python modules, read from edgecap's own source,
-and whether a given module has it.
+and whether a given module has it. A development tool (benchmarks/trt_api_check.py and
+tests/test_trt_api_check.py run it), not part of the installed package.
 
 The uses are not a hand-written list: the TensorRT code (export/tensorrt.py, the engine
 runner in runtime/engines.py) is parsed, and every attribute read or called on a TensorRT
@@ -10,10 +11,10 @@ ROLES), and the check confirms it: a call's documented return class must be the 
 variable its result is stored in, so a TensorRT object held under another name is reported
 instead of silently escaping the check. `trt.X.Y` chains are read from the module itself; a
 class deriving from a TensorRT class must override methods that class has. Code that only runs on some TensorRT majors sits
-in a function decorated `@trt_majors(10)`, and its uses are checked against those majors only.
+in a function decorated `@trt_majors(10)` (edgecap.export.tensorrt), and its uses are checked against those majors only.
 
 `missing_api(trt)` checks the collected uses against a live module (the installed `tensorrt`,
-or the real pybind11 bindings of any release loaded offline by benchmarks/trt_api.py): each
+or the real pybind11 bindings of any release loaded offline by benchmarks/trt_api_check.py): each
 name must exist, a call must be a method (not a property), a read must not be a method, and
 the call's arguments must fit the signature pybind11 writes into the method's docstring.
 """
@@ -26,6 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import edgecap
 from edgecap.runtime.engines import SUPPORTED_TENSORRT, tensorrt_major
 
 # variable name -> the TensorRT class it holds throughout the TensorRT code ("" = the module)
@@ -38,16 +40,8 @@ ROLES = {
 CUDA_CLASSES = {"props": "cudaDeviceProp"}  # variable -> the cuda-python class it holds
 CUDA_ROLE = "cudart"  # cuda-python's runtime module, checked by missing_cuda_api
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(edgecap.__file__).resolve().parent
 SOURCES = (_ROOT / "export" / "tensorrt.py", _ROOT / "runtime" / "engines.py")
-
-
-def trt_majors(*majors: int):
-    """Mark a function whose TensorRT calls exist on these majors only (read by `api_uses`)."""
-    def mark(fn):
-        fn.trt_majors = majors
-        return fn
-    return mark
 
 
 @dataclass(frozen=True)
