@@ -8,7 +8,7 @@ UTF-8 text (byte N)", "invalid JSON at line N: <reason>". TOML files (`read_toml
 --config`, export presets, training configs) are decoded the same way (`read_text`).
 
 Three kinds of file are JSON Lines: the caption logs `edgecap run --jsonl` writes
-(`edgecap.runtime.records.read_runs`), caption files for `edgecap eval`
+(`edgecap.contract.runlog.read_runs`), caption files for `edgecap eval`
 (`edgecap.metrics.captions.read_captions`) and `--detections` files
 (`edgecap.runtime.detections`). All of them are read here, the same way:
 

@@ -173,21 +173,12 @@ def test_no_module_import_cycle_even_through_imports_inside_functions():
     assert _cycles(_import_graph()) == []
 
 
-# The one package-level cycle left: `edgecap eval coverage --records` (metrics/command.py)
-# reads the JSONL that `edgecap run` writes with the runtime's own reader (runtime/records.py),
-# while the runtime scores captions with metrics.coverage. Moving that reader below both is
-# issue 27's next step; until then no other edge may join the cycle.
-KNOWN_PACKAGE_EDGES = {("edgecap.metrics.command", "edgecap.runtime.records")}
-
-
-def test_no_package_import_cycle_but_the_known_one():
+def test_no_package_import_cycle():
+    """Between edgecap's subpackages too: the runtime scores with edgecap.metrics, so nothing in
+    metrics may reach back into the runtime (what both need lives in edgecap.contract)."""
     graph = _import_graph()
     packages: dict[str, set[str]] = {}
     for module, targets in graph.items():
         packages.setdefault(_top_package(module), set()).update(
             _top_package(t) for t in targets if _top_package(t) != _top_package(module))
-    cycles = _cycles(packages)
-    assert cycles in ([], [["edgecap.metrics", "edgecap.runtime"]]), cycles
-    crossing = {(m, t) for m, targets in graph.items() for t in targets
-                if _top_package(m) == "edgecap.metrics" and _top_package(t) == "edgecap.runtime"}
-    assert crossing <= KNOWN_PACKAGE_EDGES, sorted(crossing - KNOWN_PACKAGE_EDGES)
+    assert _cycles(packages) == []

@@ -4,6 +4,7 @@
     manifest    the bundle schema: export constructs it, the runtime reads it
     objects     objects known to be in a frame and the coverage area each is scored by
     preprocess  image preprocessing (`Preprocessing`), as a model, weights or manifest say
+    runlog      the caption log `edgecap run --jsonl` writes, as `eval coverage --records` reads it
     state       a family's decoding state, described once by name (batch / slot axes, per layer)
     vocab       tokenisation, word <-> id, special tokens, token ids -> words
 

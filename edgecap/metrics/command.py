@@ -212,7 +212,7 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
     carries, scored by `area` (None: the area the run used); the same class areas the live
     loop scores (edgecap.contract.objects.class_areas)."""
     from edgecap.contract.objects import KnownObject, class_areas
-    from edgecap.runtime.records import read_runs, summary_path
+    from edgecap.contract.runlog import read_runs, summary_path
 
     rows = {}
     for name, path in _file_names(args.records).items():
