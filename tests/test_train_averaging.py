@@ -34,6 +34,10 @@ def test_averaged_pt_is_the_mean_of_the_last_epochs_and_is_validated(world, tmp_
     assert summary["averaged_val_cider_d"] == line[0]["cider_d"]
     ck = load_checkpoint(run / "averaged.pt")  # a checkpoint like any other: export, caption
     assert ck.meta["val_cider_d"] == line[0]["cider_d"]
+    from edgecap.train.command import report
+
+    said = next(x for x in report(summary) if x.startswith("averaged: "))
+    assert f"{run / 'averaged.pt'}" in said and f"validation CIDEr-D {line[0]['cider_d']:.3f}" in said
 
 
 def test_averaging_is_the_same_across_a_resume(world, tmp_path):

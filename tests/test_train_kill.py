@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from _train_tiny import tiny_config
 from conftest import REPO
@@ -82,6 +83,7 @@ def _metrics(run):
     return [(r["kind"], r["step"], r.get("loss"), r.get("cider_d")) for r in lines]
 
 
+@pytest.mark.slow
 def test_a_kill_at_every_write_of_a_save_resumes_exactly(world, tmp_path):
     cfg = tiny_config(world, schedule={"epochs": 1, "warmup": 5}, run={"save_every": 3, "log_every": 2})
     config = tmp_path / "tiny.toml"

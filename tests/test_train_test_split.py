@@ -64,6 +64,7 @@ def _bundle_captions(bundle_dir, features, ids):
     return captions
 
 
+@pytest.mark.slow
 def test_a_features_checkpoint_scores_the_test_split_as_its_bundle_does(world, m2_features, tmp_path, run_cli):
     from edgecap.train.split_captions import ciderd
 

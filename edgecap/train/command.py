@@ -122,6 +122,10 @@ def report(summary: dict) -> list[str]:
             test = shlex.quote(str(Path(summary["out"]) / "test.json"))
             lines.append(f"evaluate: edgecap caption {path} --split test --json {test}   (its features of the "
                          f"test split, in PyTorch; then edgecap eval coco)")
+    if summary.get("averaged_val_cider_d") is not None:
+        averaged = shlex.quote(str(Path(summary["out"]) / "averaged.pt"))
+        lines.append(f"averaged: {averaged} (the mean of the last epochs' weights), validation CIDEr-D "
+                     f"{summary['averaged_val_cider_d']:.3f}; best.pt stays the checkpoint above")
     if summary.get("test_cider_d") is not None:
         captions = shlex.quote(str(Path(summary["out"]) / "test_captions.json"))
         lines.append(f"test split: CIDEr-D {summary['test_cider_d']:.3f} (best.pt, the validation beam); "
