@@ -313,6 +313,15 @@ def test_start_up_errors_are_one_line_and_exit_non_zero(graph, demo_bundle, args
     assert lines[0].startswith("edgecap ros2: error: ") and message in lines[0]
 
 
+def test_malformed_ros_arguments_end_in_rcls_reason_without_a_traceback(graph, demo_bundle):
+    done = subprocess.run([sys.executable, "-m", "edgecap", "ros2", str(demo_bundle), "--ros-args", "-p", "beam"],
+                          env=graph.env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("edgecap ros2: error: ROS arguments '--ros-args -p beam': failed to initialize "
+                           "rcl: Couldn't parse parameter override rule: '-p beam'") and ", at /" not in last
+
+
 def test_depth_images_are_refused_and_a_wrong_topic_type_is_named(graph, demo_bundle):
     depth = graph.node(demo_bundle, "qos:=reliable", "qos_depth:=10", ns="/depth")
     wrong = graph.node(demo_bundle, "no_image_warning:=1.5", ns="/wrong")

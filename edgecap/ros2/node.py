@@ -202,6 +202,7 @@ def caption_node_class():
                 raise ParameterError(f"parameter beam: {exc}") from None
 
         def _warn_unknown_parameters(self) -> None:
+            # rclpy keeps the -p / --params-file values for this node there (no public accessor)
             overrides = getattr(self, "_parameter_overrides", {}) or {}
             for name in overrides:
                 if name not in BY_NAME and not name.startswith(COMMON_PARAMETERS):
@@ -410,7 +411,8 @@ def run_node(ros_args: list[str], bundle: str | None = None, out=None) -> int:
     try:
         rclpy.init(args=ros_args, context=context, signal_handler_options=SignalHandlerOptions.NO)
     except Exception as exc:  # rclpy's argument parser raises its own RCLError types
-        raise EdgecapError(f"ROS arguments {' '.join(ros_args)!r}: {exc}") from None
+        reason = str(exc).split(", at /")[0]  # rcl appends C source locations
+        raise EdgecapError(f"ROS arguments {' '.join(ros_args[1:])!r}: {reason}") from None
     node = executor = None
     try:
         with stop_on_signals(stop):
