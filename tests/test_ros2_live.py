@@ -212,8 +212,9 @@ def test_reliable_640x480_frames_are_all_captioned_at_the_rate_limit(graph, demo
     node = graph.node(demo_bundle, "qos:=reliable", "qos_depth:=20", "max_rate:=5.0")
     node.wait_for("captioning")
     listener = graph.listen("/cam", records=15)
+    # the camera's history as deep as the burst too: a reliable writer overwrites what is unacknowledged
     sent = graph.peer("publish", "--topic", "/cam/image_raw", "--encoding", "bgr8", "--qos", "reliable",
-                      "--count", 15, "--rate", 15, "--width", 640, "--height", 480)["sent"]
+                      "--depth", 20, "--count", 15, "--rate", 15, "--width", 640, "--height", 480)["sent"]
     records = listener.result()["records"]["/cam"]
     assert [r["header_stamp_ns"] for r in records] == [s["stamp_ns"] for s in sent]
     done = [r["t_capture"] + r["capture_to_caption_ms"] / 1e3 for r in records]
