@@ -173,7 +173,7 @@ def test_two_namespaced_nodes_caption_raw_and_jpeg_frames_with_their_stamps(grap
         assert "CPUExecutionProvider" in values["providers"] and values["image_topic"] == f"{ns}/image_raw"
         assert int(values["received"]) == int(values["captioned"]) == count
         assert float(values["latency_p50_ms"]) <= float(values["latency_p95_ms"])
-        assert float(values["captions_per_s"]) > 0 and values["dropped"] == "0"
+        assert float(values["captions_per_s"]) > 0 and values["dropped"] == values["lost"] == "0"
 
     out = _stopped_cleanly(raw, signal.SIGINT)
     assert "summary: 6 frames captioned, 0 dropped" in out and "stopped by signal" in out
@@ -222,6 +222,7 @@ def test_reliable_640x480_frames_are_all_captioned_at_the_rate_limit(graph, demo
     assert done[-1] - done[0] >= 14 / 5.0 - 0.1, done
     out = _stopped_cleanly(node, signal.SIGINT)
     assert "summary: 15 frames captioned, 0 dropped" in out
+    assert "0 frames lost on the way" in out
 
 
 def test_detections_give_coverage_and_annotated_images(graph, demo_bundle):

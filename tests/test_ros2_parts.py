@@ -11,7 +11,7 @@ from edgecap.errors import EdgecapError
 from edgecap.ros2.detections import StampedObjects, json_objects, vision_objects
 from edgecap.ros2.frames import FrameQueue, take_batch
 from edgecap.ros2.params import BY_NAME, PARAMS, ParameterError, check_all
-from edgecap.ros2.stats import CountedWarning
+from edgecap.ros2.stats import CountedWarning, SequenceGaps
 
 
 @pytest.mark.parametrize(("name", "value", "expected"), [
@@ -127,3 +127,11 @@ def test_repeated_warnings_give_one_line_per_period_with_counts():
         assert warning.note("16UC1") is None
     now[0] = 10.5
     assert warning.note("16UC1") == "refused 4 frames (5 in all): 16UC1"
+
+
+def test_frames_lost_on_the_way_are_counted_from_sequence_gaps_per_publisher():
+    gaps = SequenceGaps()
+    for publisher, sequence in (("a", 1), ("a", 2), ("a", 5), ("b", 1), ("b", 3), ("a", 4), ("a", 6),
+                                ("c", None), ("c", 0)):
+        gaps.note(publisher, sequence)
+    assert gaps.lost == 2 + 1    # a: 3 and 4 when 5 came (4 came late, still counted); b: 2

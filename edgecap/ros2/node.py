@@ -63,6 +63,7 @@ class Camera:
     annotated_pub: object = None
     last_image: float | None = None
     warned: set = field(default_factory=set)      # the once-only warnings given
+    gaps: object = None                           # stats.SequenceGaps: frames lost in transport
 
 
 def combined(stats: list) -> object:
@@ -110,7 +111,7 @@ def caption_node_class():
     from .detections import StampedObjects, json_objects, vision_objects
     from .frames import FrameQueue, take_batch
     from .relay import CaptionRelay, ImageDecodeError, Refused
-    from .stats import CountedWarning, NodeStats
+    from .stats import CountedWarning, NodeStats, SequenceGaps
 
     class CaptionNode(Node):
         def __init__(self, bundle: str | None = None, context=None):
@@ -157,9 +158,10 @@ def caption_node_class():
             shared = threading.Condition()
             self.cameras: list[Camera] = []
             for topic in topics:
-                camera = Camera(FrameQueue(s["qos_depth"], shared))
+                camera = Camera(FrameQueue(s["qos_depth"], shared), gaps=SequenceGaps())
+                # two arguments: rclpy passes each message's info (its publication sequence number)
                 sub = self.create_subscription(message_class(self.msgtype), topic,
-                                               lambda msg, c=camera: self._on_image(c, msg), qos)
+                                               lambda msg, info, c=camera: self._on_image(c, msg, info), qos)
                 camera.topic = sub.topic_name
                 # one camera: outputs in the node's namespace; several: each in its camera's
                 prefix = "" if len(topics) == 1 else camera.topic.rpartition("/")[0] + "/"
@@ -233,7 +235,12 @@ def caption_node_class():
             return coverage
 
         # -- callbacks (executor thread) ---------------------------------------------------
-        def _on_image(self, camera, msg) -> None:
+        def _on_image(self, camera, msg, info) -> None:
+            gid = info.get("publisher_gid")                # Kilted on; Jazzy's info lacks it
+            if isinstance(gid, dict):
+                camera.gaps.note(bytes(gid["data"]).hex(), info.get("publication_sequence_number"))
+            elif self.count_publishers(camera.topic) <= 1:  # one numbering on the topic
+                camera.gaps.note("", info.get("publication_sequence_number"))
             camera.last_image = time.monotonic()
             camera.queue.put((msg, camera.last_image, time.time_ns()))
 
@@ -290,6 +297,7 @@ def caption_node_class():
         def _diagnose(self) -> None:
             s, stats = self.settings, self.stats
             stats.summary.grabber = combined([c.queue.stats for c in self.cameras])
+            stats.lost = sum(c.gaps.lost for c in self.cameras)
             level, message = DiagnosticStatus.OK, "captioning"
             waiting = [c.topic for c in self.cameras if c.last_image is None]
             if waiting:
@@ -434,6 +442,8 @@ def run_node(ros_args: list[str], bundle: str | None = None, out=None) -> int:
     summary.grabber = combined([c.queue.stats for c in node.cameras])
     summary.stopped_by = "signal" if stop.is_set() else "ROS shutdown"
     print(summary.human(), file=out)
+    lost = sum(c.gaps.lost for c in node.cameras)
+    print(f"  {lost} frames lost on the way (gaps in the publishers' sequence numbers)", file=out)
     if node.stats.refused:
         print(f"  {node.stats.refused} frames refused (encoding)", file=out)
     if node.detections is not None:
