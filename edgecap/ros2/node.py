@@ -248,9 +248,7 @@ def caption_node_class():
             try:
                 self.detections.add(*parse(msg))
             except EdgecapError as exc:
-                line = self.detections_warning.note(str(exc))
-                if line:
-                    self.get_logger().warning(line)
+                self._note(self.detections_warning, str(exc))
 
         def _on_set_parameters(self, params):
             changes = {}
