@@ -62,16 +62,18 @@ def publish(args) -> dict:
 
     node = Node("ros2_peer_camera")
     compressed = args.encoding in ("jpeg", "png")
-    pub = node.create_publisher(CompressedImage if compressed else Image, args.topic,
-                                qos(args.qos, args.depth))
+    pubs = [node.create_publisher(CompressedImage if compressed else Image, topic,
+                                  qos(args.qos, args.depth)) for topic in args.topic]
     det_pub = node.create_publisher(String, args.detections, 10) if args.detections else None
-    wait_for_subscribers(node, args.topic, args.subscribers)
+    for topic in args.topic:
+        wait_for_subscribers(node, topic, args.subscribers)
     sent = []
     period = 1.0 / args.rate
     start = time.monotonic()
-    for i in range(args.count):
-        image, objects = frame(i + args.first, args.width, args.height, args.seed)
-        stamp = BASE_STAMP_NS + (i + args.first) * 200_000_000
+    for i, (k, pub) in ((i, k_pub) for i in range(args.count) for k_pub in enumerate(pubs)):
+        index = i + args.first + k * args.count     # each topic its own frames
+        image, objects = frame(index, args.width, args.height, args.seed)
+        stamp = BASE_STAMP_NS + index * 200_000_000
         if det_pub is not None and i % args.detect_every == 0:
             det_pub.publish(String(data=json.dumps({"stamp": time_msg(stamp + args.detect_offset_ns),
                                                     "objects": objects})))
@@ -85,8 +87,10 @@ def publish(args) -> dict:
         else:
             msg = filled(Image(), bgr_to_image(image, stamp, "camera", args.encoding))
         pub.publish(msg)
-        sent.append({"stamp_ns": stamp, "objects": objects if i % args.detect_every == 0 else None})
-        time.sleep(max(0.0, start + (i + 1) * period - time.monotonic()))
+        sent.append({"topic": args.topic[k], "stamp_ns": stamp,
+                     "objects": objects if i % args.detect_every == 0 else None})
+        if k == len(pubs) - 1:
+            time.sleep(max(0.0, start + (i + 1) * period - time.monotonic()))
     time.sleep(args.linger)
     return {"sent": sent}
 
@@ -171,7 +175,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="mode", required=True)
     p = sub.add_parser("publish")
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", action="append", required=True, help="repeat: each topic gets --count "
+                   "frames of its own, published together")
     p.add_argument("--encoding", default="rgb8")
     p.add_argument("--count", type=int, default=3)
     p.add_argument("--first", type=int, default=0)

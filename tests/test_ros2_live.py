@@ -26,12 +26,12 @@ _domains = itertools.count(30 + os.getpid() % 60)
 
 @pytest.fixture(scope="session")
 def demo_bundle(tmp_path_factory):
-    """The demo model exported once per session (a few seconds)."""
+    """The demo model exported once per session (a few seconds), two images a batch."""
     from edgecap.cli import main
 
     out = tmp_path_factory.mktemp("ros2") / "demo"
     demo = REPO / "edgecap" / "assets" / "demo-smart.pt"
-    assert main(["export", str(demo), "--engine", "onnx", "--beam", "3", "--samples", "1",
+    assert main(["export", str(demo), "--engine", "onnx", "--batch", "2", "--beam", "3", "--samples", "1",
                  "--out", str(out), "--quiet"]) == 0
     return out
 
@@ -141,17 +141,18 @@ def _frames(first: int, count: int, encoding: str, size: int = 96):
 def test_two_namespaced_nodes_caption_raw_and_jpeg_frames_with_their_stamps(graph, demo_bundle):
     from edgecap.runtime.captioner import Captioner
 
-    raw = graph.node(demo_bundle, "max_rate:=5", ns="/raw")                 # 5: an int is a rate
-    jpeg = graph.node(demo_bundle, "compressed:=true", ns="/jpeg", module=True)
+    reliable = ("qos:=reliable", "qos_depth:=3")    # no frame lost, whatever the machine's load
+    raw = graph.node(demo_bundle, "max_rate:=5", *reliable, ns="/raw")     # 5: an int is a rate
+    jpeg = graph.node(demo_bundle, "compressed:=true", *reliable, ns="/jpeg", module=True)
     for node in (raw, jpeg):
         node.wait_for("captioning")
     listener = graph.listen("/raw", "/jpeg", records=9)
     sent = {"rgb8": graph.peer("publish", "--topic", "/raw/image_raw", "--encoding", "rgb8",
-                               "--count", 3, "--rate", 4)["sent"],
+                               "--count", 3, "--rate", 4, "--qos", "reliable")["sent"],
             "bgr8": graph.peer("publish", "--topic", "/raw/image_raw", "--encoding", "bgr8",
-                               "--count", 3, "--first", 3, "--rate", 4)["sent"],
+                               "--count", 3, "--first", 3, "--rate", 4, "--qos", "reliable")["sent"],
             "jpeg": graph.peer("publish", "--topic", "/jpeg/image_raw", "--encoding", "jpeg",
-                               "--count", 3, "--rate", 4)["sent"]}
+                               "--count", 3, "--rate", 4, "--qos", "reliable")["sent"]}
     got = listener.result()
 
     captioner = Captioner.from_bundle(demo_bundle)
@@ -172,11 +173,37 @@ def test_two_namespaced_nodes_caption_raw_and_jpeg_frames_with_their_stamps(grap
         assert "CPUExecutionProvider" in values["providers"] and values["image_topic"] == f"{ns}/image_raw"
         assert int(values["received"]) == int(values["captioned"]) == count
         assert float(values["latency_p50_ms"]) <= float(values["latency_p95_ms"])
-        assert float(values["captions_per_s"]) > 0 and values["dropped"] == "0"
+        assert float(values["captions_per_s"]) > 0 and values["dropped"] == values["lost"] == "0"
 
     out = _stopped_cleanly(raw, signal.SIGINT)
     assert "summary: 6 frames captioned, 0 dropped" in out and "stopped by signal" in out
     assert "summary: 3 frames captioned" in _stopped_cleanly(jpeg, signal.SIGTERM)
+
+
+def test_one_node_captions_two_cameras_as_one_batch(graph, demo_bundle):
+    """image_topics: each take holds the newest frame of both cameras, captioned in one batch
+    (so with one latency), each camera's captions beside its own topic."""
+    from edgecap.runtime.captioner import Captioner
+
+    node = graph.node(demo_bundle, "image_topics:=/front/image_raw,/rear/image_raw", "max_rate:=2",
+                      ns="/")
+    node.wait_for("captioning")
+    listener = graph.listen("/front", "/rear", seconds=8)
+    sent = graph.peer("publish", "--topic", "/front/image_raw", "--topic", "/rear/image_raw",
+                      "--count", 6, "--rate", 4)["sent"]
+    got = listener.result()["records"]
+    captioner = Captioner.from_bundle(demo_bundle)
+    for ns, first in (("/front", 0), ("/rear", 6)):
+        stamps = [s["stamp_ns"] for s in sent if s["topic"] == f"{ns}/image_raw"]
+        assert len(got[ns]) >= 2 and all(r["source"] == f"ros2:{ns}/image_raw" for r in got[ns])
+        for record in got[ns]:
+            index = stamps.index(record["header_stamp_ns"])
+            assert record["tokens"] == captioner.caption(_frames(first + index, 1, "rgb8"))[0].tokens
+    batched = {json.dumps(r["latency_ms"]) for r in got["/front"]} & {json.dumps(r["latency_ms"])
+                                                                        for r in got["/rear"]}
+    assert batched, "no caption of one camera came from the other's batch"
+    out = _stopped_cleanly(node, signal.SIGINT)
+    assert "summary:" in out and "stopped by signal" in out
 
 
 def test_reliable_640x480_frames_are_all_captioned_at_the_rate_limit(graph, demo_bundle):
@@ -185,8 +212,9 @@ def test_reliable_640x480_frames_are_all_captioned_at_the_rate_limit(graph, demo
     node = graph.node(demo_bundle, "qos:=reliable", "qos_depth:=20", "max_rate:=5.0")
     node.wait_for("captioning")
     listener = graph.listen("/cam", records=15)
+    # the camera's history as deep as the burst too: a reliable writer overwrites what is unacknowledged
     sent = graph.peer("publish", "--topic", "/cam/image_raw", "--encoding", "bgr8", "--qos", "reliable",
-                      "--count", 15, "--rate", 15, "--width", 640, "--height", 480)["sent"]
+                      "--depth", 20, "--count", 15, "--rate", 15, "--width", 640, "--height", 480)["sent"]
     records = listener.result()["records"]["/cam"]
     assert [r["header_stamp_ns"] for r in records] == [s["stamp_ns"] for s in sent]
     done = [r["t_capture"] + r["capture_to_caption_ms"] / 1e3 for r in records]
@@ -194,6 +222,7 @@ def test_reliable_640x480_frames_are_all_captioned_at_the_rate_limit(graph, demo
     assert done[-1] - done[0] >= 14 / 5.0 - 0.1, done
     out = _stopped_cleanly(node, signal.SIGINT)
     assert "summary: 15 frames captioned, 0 dropped" in out
+    assert "0 frames lost on the way" in out
 
 
 def test_detections_give_coverage_and_annotated_images(graph, demo_bundle):
@@ -284,6 +313,15 @@ def test_start_up_errors_are_one_line_and_exit_non_zero(graph, demo_bundle, args
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert lines[0].startswith("edgecap ros2: error: ") and message in lines[0]
+
+
+def test_malformed_ros_arguments_end_in_rcls_reason_without_a_traceback(graph, demo_bundle):
+    done = subprocess.run([sys.executable, "-m", "edgecap", "ros2", str(demo_bundle), "--ros-args", "-p", "beam"],
+                          env=graph.env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("edgecap ros2: error: ROS arguments '--ros-args -p beam': failed to initialize "
+                           "rcl: Couldn't parse parameter override rule: '-p beam'") and ", at /" not in last
 
 
 def test_depth_images_are_refused_and_a_wrong_topic_type_is_named(graph, demo_bundle):

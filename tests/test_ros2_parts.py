@@ -3,16 +3,15 @@ stamp (JSON and vision_msgs' layout), its frame queue and its rate-limited warni
 
 import json
 import threading
-import time
 from types import SimpleNamespace as NS
 
 import pytest
 
 from edgecap.errors import EdgecapError
 from edgecap.ros2.detections import StampedObjects, json_objects, vision_objects
-from edgecap.ros2.frames import FrameQueue
+from edgecap.ros2.frames import FrameQueue, take_batch
 from edgecap.ros2.params import BY_NAME, PARAMS, ParameterError, check_all
-from edgecap.ros2.stats import CountedWarning
+from edgecap.ros2.stats import CountedWarning, SequenceGaps
 
 
 @pytest.mark.parametrize(("name", "value", "expected"), [
@@ -106,11 +105,17 @@ def test_the_frame_queue_keeps_the_newest_depth_frames_and_counts_drops():
     assert newest.take(0.1) == "new" and newest.stats.dropped == 1
 
 
-def test_the_frame_queue_wakes_a_waiting_take_at_shutdown():
-    queue = FrameQueue()
-    threading.Timer(0.05, queue.wake).start()
-    start = time.monotonic()
-    assert queue.take(timeout=0.2) is None and time.monotonic() - start < 5
+def test_queues_sharing_a_condition_give_one_frame_of_each_camera_as_a_batch():
+    cond = threading.Condition()
+    front, rear, side = FrameQueue(2, cond), FrameQueue(2, cond), FrameQueue(2, cond)
+    front.put("f1")
+    front.put("f2")
+    rear.put("r1")
+    assert take_batch([front, rear, side], 0.1) == [(0, "f1"), (1, "r1")]
+    assert take_batch([front, rear, side], 0.1) == [(0, "f2")]
+    threading.Timer(0.05, side.put, ("s1",)).start()
+    assert take_batch([front, rear, side], 5.0) == [(2, "s1")]   # waits for whichever comes
+    assert take_batch([front, rear, side], 0.01) == []
 
 
 def test_repeated_warnings_give_one_line_per_period_with_counts():
@@ -122,3 +127,11 @@ def test_repeated_warnings_give_one_line_per_period_with_counts():
         assert warning.note("16UC1") is None
     now[0] = 10.5
     assert warning.note("16UC1") == "refused 4 frames (5 in all): 16UC1"
+
+
+def test_frames_lost_on_the_way_are_counted_from_sequence_gaps_per_publisher():
+    gaps = SequenceGaps()
+    for publisher, sequence in (("a", 1), ("a", 2), ("a", 5), ("b", 1), ("b", 3), ("a", 4), ("a", 6),
+                                ("c", None), ("c", 0)):
+        gaps.note(publisher, sequence)
+    assert gaps.lost == 2 + 1    # a: 3 and 4 when 5 came (4 came late, still counted); b: 2

@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 
 from edgecap.errors import EdgecapError, MissingExtraError, did_you_mean
 
@@ -49,6 +50,31 @@ def filled(msg, fields: dict):
         else:
             setattr(msg, name, value)
     return msg
+
+
+@dataclass
+class Camera:
+    """One subscribed image topic: its queue, its frame conversion, its output publishers."""
+
+    queue: object
+    topic: str = ""
+    relay: object = None
+    pubs: dict = field(default_factory=dict)
+    annotated_pub: object = None
+    last_image: float | None = None
+    warned: set = field(default_factory=set)      # the once-only warnings given
+    gaps: object = None                           # stats.SequenceGaps: frames lost in transport
+
+
+def combined(stats: list) -> object:
+    """The cameras' frame counts added up, as one GrabberStats for the summary."""
+    from edgecap.runtime.camera import GrabberStats
+
+    total = GrabberStats()
+    for one in stats:
+        for name in ("captured", "taken", "dropped", "skipped"):
+            setattr(total, name, getattr(total, name) + getattr(one, name))
+    return total
 
 
 def import_rclpy():
@@ -83,9 +109,9 @@ def caption_node_class():
     from edgecap.runtime.records import Summary
 
     from .detections import StampedObjects, json_objects, vision_objects
-    from .frames import FrameQueue
+    from .frames import FrameQueue, take_batch
     from .relay import CaptionRelay, ImageDecodeError, Refused
-    from .stats import CountedWarning, NodeStats
+    from .stats import CountedWarning, NodeStats, SequenceGaps
 
     class CaptionNode(Node):
         def __init__(self, bundle: str | None = None, context=None):
@@ -110,41 +136,55 @@ def caption_node_class():
             self.captioner.warm_up()
 
             self.msgtype = COMPRESSED if s["compressed"] else IMAGE
-            self.queue = FrameQueue(s["qos_depth"])
-            reliability = (ReliabilityPolicy.RELIABLE if s["qos"] == "reliable"
-                           else ReliabilityPolicy.BEST_EFFORT)
-            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=s["qos_depth"],
-                             reliability=reliability, durability=DurabilityPolicy.VOLATILE)
-            self.image_sub = self.create_subscription(message_class(self.msgtype), s["image_topic"],
-                                                      self._on_image, qos)
-            self.image_topic = self.image_sub.topic_name
-            self.stats = NodeStats(Summary(f"ros2:{self.image_topic}"))
-            self.stats.summary.grabber = self.queue.stats
+            topics = [t.strip() for t in s["image_topics"].split(",") if t.strip()] or [s["image_topic"]]
+            if len(topics) > 1 and s["detections_topic"]:
+                raise ParameterError(f"parameter detections_topic: detections are matched to one image "
+                                     f"topic, and image_topics names {len(topics)}; run one node per "
+                                     "camera for coverage")
             self.detections = None
             coverage = None
             if s["detections_topic"]:
                 coverage = self._subscribe_detections(s["detections_topic"], s["detections_format"])
-            self.relay = CaptionRelay(self.captioner, self.msgtype, f"ros2:{self.image_topic}",
-                                      s["allow_non_colour"], coverage)
-
-            # every publisher exists before the first frame, so subscribers can match at once
             self.caption_types = {STRING}
             try:
                 message_class(ANNOTATIONS)
                 self.caption_types.add(ANNOTATIONS)
             except ImportError:
                 pass  # foxglove_msgs is not on PyPI; the annotated image carries the same marks
-            self.pubs = {relative(topic): self.create_publisher(message_class(typename), relative(topic), 10)
-                         for topic, typename in _caption_topics() if typename in self.caption_types}
-            self.annotated_pub = (self.create_publisher(Image, ANNOTATED_TOPIC, 10)
-                                  if s["publish_annotated"] else None)
+            reliability = (ReliabilityPolicy.RELIABLE if s["qos"] == "reliable"
+                           else ReliabilityPolicy.BEST_EFFORT)
+            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=s["qos_depth"],
+                             reliability=reliability, durability=DurabilityPolicy.VOLATILE)
+            shared = threading.Condition()
+            self.cameras: list[Camera] = []
+            for topic in topics:
+                camera = Camera(FrameQueue(s["qos_depth"], shared), gaps=SequenceGaps())
+                # two arguments: rclpy passes each message's info (its publication sequence number)
+                sub = self.create_subscription(message_class(self.msgtype), topic,
+                                               lambda msg, info, c=camera: self._on_image(c, msg, info), qos)
+                camera.topic = sub.topic_name
+                # one camera: outputs in the node's namespace; several: each in its camera's
+                prefix = "" if len(topics) == 1 else camera.topic.rpartition("/")[0] + "/"
+                camera.relay = CaptionRelay(self.captioner, self.msgtype, f"ros2:{camera.topic}",
+                                            s["allow_non_colour"], coverage)
+                # every publisher exists before the first frame, so subscribers match at once
+                camera.pubs = {relative(out): self.create_publisher(
+                    message_class(typename), prefix + relative(out), 10)
+                    for out, typename in _caption_topics() if typename in self.caption_types}
+                camera.annotated_pub = (self.create_publisher(Image, prefix + ANNOTATED_TOPIC, 10)
+                                        if s["publish_annotated"] else None)
+                self.cameras.append(camera)
+            outputs = [c.pubs["edgecap/caption"].topic_name for c in self.cameras]
+            if len(set(outputs)) < len(outputs):
+                raise ParameterError(f"parameter image_topics: {s['image_topics']!r} puts two cameras' "
+                                     "captions on one topic; name topics in different namespaces")
+            self.image_topic = ",".join(c.topic for c in self.cameras)
+            self.stats = NodeStats(Summary(f"ros2:{self.image_topic}"))
             self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
 
             self.skips = CountedWarning("skipped")
             self.refusals = CountedWarning("refused")
             self.started = time.monotonic()
-            self.last_image: float | None = None
-            self.warned: set[str] = set()          # the once-only warnings given
             self.failure: BaseException | None = None
             self.stop = threading.Event()
             self.create_timer(s["diagnostics_period"], self._diagnose)
@@ -154,8 +194,7 @@ def caption_node_class():
             self.worker.start()
             self.get_logger().info(
                 f"captioning {self.image_topic} ({self.msgtype}, {s['qos']} depth {s['qos_depth']}) "
-                f"with {s['bundle']} at up to {s['max_rate']:g}/s; captions on "
-                f"{self.pubs['edgecap/caption'].topic_name}")
+                f"with {s['bundle']} at up to {s['max_rate']:g}/s; captions on {', '.join(outputs)}")
 
         # -- start-up --------------------------------------------------------------------
         def _check_beam(self, beam: int) -> int:
@@ -165,6 +204,7 @@ def caption_node_class():
                 raise ParameterError(f"parameter beam: {exc}") from None
 
         def _warn_unknown_parameters(self) -> None:
+            # rclpy keeps the -p / --params-file values for this node there (no public accessor)
             overrides = getattr(self, "_parameter_overrides", {}) or {}
             for name in overrides:
                 if name not in BY_NAME and not name.startswith(COMMON_PARAMETERS):
@@ -195,17 +235,20 @@ def caption_node_class():
             return coverage
 
         # -- callbacks (executor thread) ---------------------------------------------------
-        def _on_image(self, msg) -> None:
-            self.last_image = time.monotonic()
-            self.queue.put((msg, self.last_image, time.time_ns()))
+        def _on_image(self, camera, msg, info) -> None:
+            gid = info.get("publisher_gid")                # Kilted on; Jazzy's info lacks it
+            if isinstance(gid, dict):
+                camera.gaps.note(bytes(gid["data"]).hex(), info.get("publication_sequence_number"))
+            elif self.count_publishers(camera.topic) <= 1:  # one numbering on the topic
+                camera.gaps.note("", info.get("publication_sequence_number"))
+            camera.last_image = time.monotonic()
+            camera.queue.put((msg, camera.last_image, time.time_ns()))
 
         def _on_detections(self, msg, parse) -> None:
             try:
                 self.detections.add(*parse(msg))
             except EdgecapError as exc:
-                line = self.detections_warning.note(str(exc))
-                if line:
-                    self.get_logger().warning(line)
+                self._note(self.detections_warning, str(exc))
 
         def _on_set_parameters(self, params):
             changes = {}
@@ -229,30 +272,34 @@ def caption_node_class():
             return SetParametersResult(successful=True)
 
         def _watch(self) -> None:
-            """Until an image arrives: warn once when the topic's publishers use another type
-            (checked every tick, as publishers come and go), and once when none came in time."""
-            if self.last_image is not None:
-                return
-            types = sorted({info.topic_type for info in self.get_publishers_info_by_topic(self.image_topic)})
-            if types and self.msgtype not in types and "type" not in self.warned:
-                self.warned.add("type")
-                hint = ("compressed:=false" if IMAGE in types else
-                        "compressed:=true" if COMPRESSED in types else "image_topic to an image topic")
-                self.get_logger().warning(
-                    f"{self.image_topic} carries {', '.join(types)}, not {self.msgtype}: no image "
-                    f"can arrive; set {hint}")
+            """Until a camera's first image: warn once when its topic's publishers use another
+            type (checked every tick, as publishers come and go), and once when none came in time."""
             waited = time.monotonic() - self.started
-            if waited >= self.settings["no_image_warning"] and "idle" not in self.warned:
-                self.warned.add("idle")
-                self.get_logger().warning(
-                    f"no image on {self.image_topic} after {waited:.1f} s "
-                    f"({self.count_publishers(self.image_topic)} publishers)")
+            for camera in self.cameras:
+                if camera.last_image is not None:
+                    continue
+                types = sorted({i.topic_type for i in self.get_publishers_info_by_topic(camera.topic)})
+                if types and self.msgtype not in types and "type" not in camera.warned:
+                    camera.warned.add("type")
+                    hint = ("compressed:=false" if IMAGE in types else
+                            "compressed:=true" if COMPRESSED in types else "image_topic to an image topic")
+                    self.get_logger().warning(
+                        f"{camera.topic} carries {', '.join(types)}, not {self.msgtype}: no image "
+                        f"can arrive; set {hint}")
+                if waited >= self.settings["no_image_warning"] and "idle" not in camera.warned:
+                    camera.warned.add("idle")
+                    self.get_logger().warning(
+                        f"no image on {camera.topic} after {waited:.1f} s "
+                        f"({self.count_publishers(camera.topic)} publishers)")
 
         def _diagnose(self) -> None:
             s, stats = self.settings, self.stats
+            stats.summary.grabber = combined([c.queue.stats for c in self.cameras])
+            stats.lost = sum(c.gaps.lost for c in self.cameras)
             level, message = DiagnosticStatus.OK, "captioning"
-            if self.last_image is None:
-                level, message = DiagnosticStatus.WARN, f"no image on {self.image_topic} yet"
+            waiting = [c.topic for c in self.cameras if c.last_image is None]
+            if waiting:
+                level, message = DiagnosticStatus.WARN, f"no image on {', '.join(waiting)} yet"
             elif stats.refused and not stats.summary.captioned:
                 level, message = DiagnosticStatus.ERROR, "every frame refused (encoding)"
             extra = {"bundle": str(s["bundle"]),
@@ -261,6 +308,8 @@ def caption_node_class():
                      "image_topic": self.image_topic, "qos": f"{s['qos']} depth {s['qos_depth']}"}
             if self.detections is not None:
                 extra.update({f"detections_{k}": str(v) for k, v in self.detections.report().items()})
+            if len(self.cameras) > 1:
+                extra.update({f"received {c.topic}": str(c.queue.stats.captured) for c in self.cameras})
             status = DiagnosticStatus(level=level, name=f"edgecap: {self.get_fully_qualified_name()}",
                                       message=message, hardware_id=str(s["bundle"]),
                                       values=[KeyValue(key=k, value=v) for k, v in stats.values(extra)])
@@ -278,56 +327,64 @@ def caption_node_class():
                     if time.monotonic() < due:
                         self.stop.wait(min(SPIN_SLICE_S, due - time.monotonic()))
                         continue
-                    item = self.queue.take(timeout=SPIN_SLICE_S)
-                    if item is None:
+                    batch = take_batch([c.queue for c in self.cameras], SPIN_SLICE_S)
+                    if not batch:
                         continue
                     last_take = time.monotonic()
-                    self._caption(*item)
+                    self._caption([(self.cameras[i], item) for i, item in batch])
             except Exception as exc:  # an engine failure: end the node with its one line
                 self.failure = exc
                 self.stop.set()
 
-        def _caption(self, msg, received: float, received_ns: int) -> None:
-            try:
-                frame = self.relay.frame(msg, received, received_ns)
-            except ImageDecodeError as exc:
-                self.queue.stats.skipped += 1
-                self._note(self.skips, str(exc))
+        def _caption(self, batch) -> None:
+            """Caption one frame of each camera in `batch` ([(camera, item)]) together."""
+            frames, cameras = [], []
+            for camera, (msg, received, received_ns) in batch:
+                try:
+                    frame = camera.relay.frame(msg, received, received_ns)
+                except ImageDecodeError as exc:
+                    camera.queue.stats.skipped += 1
+                    self._note(self.skips, str(exc))
+                    continue
+                except Refused as exc:
+                    self.stats.refused += 1
+                    self._note(self.refusals, str(exc))
+                    continue
+                if self.detections is not None:
+                    camera.relay.attach(frame, self.detections.match(
+                        frame.stamp.header_ns, self.settings["stamp_tolerance"],
+                        self.settings["detections_wait"]))
+                frames.append(frame)
+                cameras.append(camera)
+            if not frames:
                 return
-            except Refused as exc:
-                self.stats.refused += 1
-                self._note(self.refusals, str(exc))
-                return
-            if self.detections is not None:
-                self.relay.attach(frame, self.detections.match(
-                    frame.stamp.header_ns, self.settings["stamp_tolerance"],
-                    self.settings["detections_wait"]))
-            for record in self.relay.caption([frame], self.settings["beam"] or None):
+            records = cameras[0].relay.caption(frames, self.settings["beam"] or None,
+                                               [c.relay.source for c in cameras])
+            for camera, record in zip(cameras, records, strict=True):
                 self.stats.add(record)
-                self._publish(record)
+                self._publish(camera, record)
 
         def _note(self, warning, reason: str) -> None:
             line = warning.note(reason)
             if line:
                 self.get_logger().warning(line)
 
-        def _publish(self, record) -> None:
+        def _publish(self, camera, record) -> None:
             _, messages = record_messages(record)
             for topic, typename, fields in messages:
-                pub = self.pubs.get(relative(topic))
+                pub = camera.pubs.get(relative(topic))
                 if pub is not None:
                     pub.publish(to_ros(fields, typename, message_class))
-            if self.annotated_pub is not None and self.annotated_pub.get_subscription_count():
+            if camera.annotated_pub is not None and camera.annotated_pub.get_subscription_count():
                 from edgecap.runtime.overlay import annotate
 
                 header_ns = record.stamps_ns()[0]
                 fields = bgr_to_image(annotate(record, min_width=0), header_ns,
                                       record.frame.stamp.frame_id, encoding="bgr8")
-                self.annotated_pub.publish(filled(Image(), fields))
+                camera.annotated_pub.publish(filled(Image(), fields))
 
         def close(self) -> None:
             self.stop.set()
-            self.queue.wake()
             self.worker.join(timeout=5.0)
 
     return CaptionNode
@@ -360,7 +417,8 @@ def run_node(ros_args: list[str], bundle: str | None = None, out=None) -> int:
     try:
         rclpy.init(args=ros_args, context=context, signal_handler_options=SignalHandlerOptions.NO)
     except Exception as exc:  # rclpy's argument parser raises its own RCLError types
-        raise EdgecapError(f"ROS arguments {' '.join(ros_args)!r}: {exc}") from None
+        reason = str(exc).split(", at /")[0]  # rcl appends C source locations
+        raise EdgecapError(f"ROS arguments {' '.join(ros_args[1:])!r}: {reason}") from None
     node = executor = None
     try:
         with stop_on_signals(stop):
@@ -379,8 +437,11 @@ def run_node(ros_args: list[str], bundle: str | None = None, out=None) -> int:
     if node.failure is not None:
         raise EdgecapError(f"captioning failed: {node.failure}")
     summary = node.stats.summary
+    summary.grabber = combined([c.queue.stats for c in node.cameras])
     summary.stopped_by = "signal" if stop.is_set() else "ROS shutdown"
     print(summary.human(), file=out)
+    lost = sum(c.gaps.lost for c in node.cameras)
+    print(f"  {lost} frames lost on the way (gaps in the publishers' sequence numbers)", file=out)
     if node.stats.refused:
         print(f"  {node.stats.refused} frames refused (encoding)", file=out)
     if node.detections is not None:

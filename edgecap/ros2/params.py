@@ -74,6 +74,9 @@ PARAMS: tuple[Param, ...] = (
     Param("bundle", "", str, "bundle directory (edgecap export --out)"),
     Param("image_topic", "image_raw", str, "image topic, relative to the node's namespace unless it "
           "starts with /"),
+    Param("image_topics", "", str, "several image topics, comma-separated, captioned together as "
+          "one batch (up to the bundle's batch size at a time); each camera's captions go to "
+          "edgecap/... beside its topic; overrides image_topic"),
     Param("compressed", False, bool, "image_topic carries sensor_msgs/CompressedImage (jpeg, png)"),
     Param("max_rate", 5.0, float, "most captions per second", live=True, above=0.0),
     Param("beam", 0, int, "beam width; 0: the bundle's own", live=True, low=0),

@@ -57,14 +57,15 @@ class CaptionRelay:
             frame.objects = [KnownObject.measured(cls, box, area, width, height)
                              for cls, box, area in objects]
 
-    def caption(self, frames: list[Frame], beam: int | None) -> list[Record]:
+    def caption(self, frames: list[Frame], beam: int | None,
+                sources: list[str] | None = None) -> list[Record]:
         """Caption the frames as one batch (or as many as the bundle's batch takes), then score
-        the coverage of those with objects."""
+        the coverage of those with objects. `sources`: each frame's camera (default: ours)."""
         captions = self.captioner.caption([f.image for f in frames], beam=beam)
         done = time.monotonic()
         records = []
-        for frame, caption in zip(frames, captions, strict=True):
-            record = Record(frame, caption, self.source, done)
+        for i, (frame, caption) in enumerate(zip(frames, captions, strict=True)):
+            record = Record(frame, caption, sources[i] if sources else self.source, done)
             scored = self.coverage.score(caption.text, frame.objects) if self.coverage else None
             if scored is not None:
                 record.coverage, record.matches = scored

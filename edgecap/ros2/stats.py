@@ -17,6 +17,7 @@ class NodeStats:
     def __init__(self, summary: Summary):
         self.summary = summary
         self.refused = 0                           # frames in an encoding the node will not caption
+        self.lost = 0                              # frames published that never arrived
         self._recent: deque[tuple[float, float]] = deque()   # (t_done, capture-to-caption ms)
 
     def add(self, record: Record) -> None:
@@ -42,6 +43,7 @@ class NodeStats:
             ("captioned", str(self.summary.captioned)),
             ("received", str(grabber.captured)),
             ("dropped", str(grabber.dropped)),
+            ("lost", str(self.lost)),
             ("skipped", str(grabber.skipped)),
             ("refused", str(self.refused)),
             ("latency_p50_ms", "-" if p50 is None else f"{p50:.1f}"),
@@ -70,3 +72,22 @@ class CountedWarning:
             return None
         count, self._since, self._last = self._since, 0, now
         return f"{self.what} {count} frame{'s' if count != 1 else ''} ({self.total} in all): {reason}"
+
+
+class SequenceGaps:
+    """Frames lost on the way, from gaps in each publisher's publication sequence numbers (what
+    rmw reports with every message; a best-effort subscription to large raw frames loses many,
+    and nothing else tells)."""
+
+    def __init__(self):
+        self._last: dict[str, int] = {}
+        self.lost = 0
+
+    def note(self, publisher: str, sequence: int | None) -> None:
+        if not sequence:                       # the rmw does not number publications
+            return
+        last = self._last.get(publisher)
+        if last is not None and sequence > last + 1:
+            self.lost += sequence - last - 1
+        if last is None or sequence > last:
+            self._last[publisher] = sequence
