@@ -158,12 +158,12 @@ def extract_features(
 def run(args) -> int:
     if args.sha256 and not args.weights:
         raise EdgecapError("--sha256 checks the --weights file; pass --weights FILE too")
-    if not args.weights:
+    splits = {s.strip() for s in args.splits.split(",") if s.strip()} or None
+    items = read_split_images(args.split_file, args.images, splits)
+    if not args.weights:  # said once the inputs are known to be there: never beside their error
         from edgecap.errors import random_front_end, warn
 
         warn(random_front_end(args.backbone, "pass --weights FILE (docs/frontends.md)"))
-    splits = {s.strip() for s in args.splits.split(",") if s.strip()} or None
-    items = read_split_images(args.split_file, args.images, splits)
     stats = extract_features(
         args.backbone, args.weights, items, args.out,
         batch_size=args.batch_size, device=args.device, sha256=args.sha256, dtype=args.dtype,
