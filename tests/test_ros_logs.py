@@ -419,14 +419,14 @@ def test_caption_log_writers_never_share_or_strand_a_temporary(tmp_path, capsys)
     from edgecap.ros.mcap_out import McapLogWriter
 
     out = tmp_path / "c.mcap"
-    # Two runs writing the same log at once: each finishes its own file.
-    first, second = McapLogWriter(out), McapLogWriter(out)
+    # Two writers of the same log at once: the second is refused naming the first's process
+    # (tests/test_one_writer.py does it with two `edgecap run` processes); the first finishes.
+    first = McapLogWriter(out)
+    with pytest.raises(EdgecapError, match=rf"--out-mcap {out} is being written by another process \(pid {os.getpid()}:"):
+        McapLogWriter(out)
     first.write("/t", "std_msgs/msg/String", {"data": "first"}, 1)
-    second.write("/t", "std_msgs/msg/String", {"data": "second"}, 2)
     first.close()
     assert [m.data for _, m, _ in _read_caption_log(out)["/t"]] == ["first"]
-    second.close()
-    assert [m.data for _, m, _ in _read_caption_log(out)["/t"]] == ["second"]
     assert hidden_leftovers(tmp_path) == []
     # A writer killed where nothing can clean up: the next write of the log removes what it left.
     proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(out)], stdin=subprocess.PIPE,
