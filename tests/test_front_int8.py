@@ -100,11 +100,15 @@ def test_front_end_stays_fp32_where_int8_does_not_pay(cnn_ckpt, tmp_path, monkey
     assert "front_end_int8" not in fp32.parity["onnxruntime"]
 
 
-def test_low_feature_cosine_keeps_fp32(cnn_ckpt, tmp_path, monkeypatch):
+def test_low_feature_cosine_keeps_fp32_and_the_command_says_so(run_cli, cnn_ckpt, tmp_path, monkeypatch):
     monkeypatch.setattr(front_int8, "FASTER_BY", float("inf"))
     monkeypatch.setattr(front_int8, "COSINE_FLOOR", 1.5)  # no int8 reaches it
-    record = export(cnn_ckpt, tmp_path / "b", precision="int8").parity["onnxruntime"]["front_end_int8"]
+    code, stdout, err = run_cli("export", cnn_ckpt, "--target", "cpu-ort-int8", "--samples", 1, "--out",
+                                tmp_path / "b", "--quiet")
+    assert code == 0, err
+    record = load_manifest(tmp_path / "b").parity["onnxruntime"]["front_end_int8"]
     assert record["precision"] == "fp32" and "feature cosine" in record["reason"] and "< 1.5" in record["reason"]
+    assert f"  front end: {record['reason']}" in stdout.splitlines()
 
 
 def test_feature_cosine_centred_sees_what_plain_cosine_hides():
