@@ -158,3 +158,24 @@ def test_int8_options_that_do_not_apply_are_refused(run_cli, cnn_ckpt, photos, t
     # a preset's own int8 options follow its precision: overriding it on the command line is fine
     settings = resolve_settings({"target": "cpu-ort-int8", "precision": "fp32"})
     assert settings.precision == "fp32"
+
+
+def test_front_int8_benchmark_times_both_graphs_in_turns(cnn_ckpt, tmp_path, capsys):
+    import json
+    import sys
+
+    from tests.conftest import REPO
+
+    sys.path.insert(0, f"{REPO}/benchmarks")
+    import front_end_int8 as bench
+
+    fp32 = export(cnn_ckpt, tmp_path / "fp32").path
+    int8 = export(cnn_ckpt, tmp_path / "int8", precision="int8").path
+    assert bench.main([str(fp32), str(int8), "--runs", "2", "--warmup", "0", "--out", str(tmp_path / "out")]) == 0
+    row = json.loads((tmp_path / "out" / "front_end_int8.json").read_text())["rows"][0]
+    record = load_manifest(int8).parity["onnxruntime"]["front_end_int8"]
+    assert row["fp32_ms"] > 0 and row["int8_ms"] > 0 and row["speedup"] == pytest.approx(row["fp32_ms"] / row["int8_ms"])
+    assert row["int8_precision"] == record["precision"] and row["feature_cosine"] == record["feature_cosine"]
+    assert "| front end | B | fp32 ms | int8 ms | speed-up |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.parse_args([str(fp32)])  # bundles come in pairs
