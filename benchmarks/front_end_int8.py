@@ -86,10 +86,11 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| front end | B | fp32 ms | int8 ms | speed-up | feature cosine | centred | between images | int8 kept |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        between = "-" if r["cosine_between_images"] is None else f"{r['cosine_between_images']:.3f}"
+        between, centred = ("-" if r[k] is None else f"{r[k]:.4f}"
+                            for k in ("cosine_between_images", "centred_feature_cosine"))
         lines.append(f"| {r['frontend']} | {r['batch']} | {r['fp32_ms']:.1f} | {r['int8_ms']:.1f} | "
-                     f"{r['speedup']:.2f}x | {r['feature_cosine']:.4f} | {r['centred_feature_cosine']:.4f} | "
-                     f"{between} | {r['int8_precision'] == 'int8'} |")
+                     f"{r['speedup']:.2f}x | {r['feature_cosine']:.4f} | {centred} | {between} | "
+                     f"{r['int8_precision'] == 'int8'} |")
     return "\n".join(lines) + "\n"
 
 
