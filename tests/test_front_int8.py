@@ -100,11 +100,15 @@ def test_front_end_stays_fp32_where_int8_does_not_pay(cnn_ckpt, tmp_path, monkey
     assert "front_end_int8" not in fp32.parity["onnxruntime"]
 
 
-def test_low_feature_cosine_keeps_fp32(cnn_ckpt, tmp_path, monkeypatch):
+def test_low_feature_cosine_keeps_fp32_and_the_command_says_so(run_cli, cnn_ckpt, tmp_path, monkeypatch):
     monkeypatch.setattr(front_int8, "FASTER_BY", float("inf"))
     monkeypatch.setattr(front_int8, "COSINE_FLOOR", 1.5)  # no int8 reaches it
-    record = export(cnn_ckpt, tmp_path / "b", precision="int8").parity["onnxruntime"]["front_end_int8"]
+    code, stdout, err = run_cli("export", cnn_ckpt, "--target", "cpu-ort-int8", "--samples", 1, "--out",
+                                tmp_path / "b", "--quiet")
+    assert code == 0, err
+    record = load_manifest(tmp_path / "b").parity["onnxruntime"]["front_end_int8"]
     assert record["precision"] == "fp32" and "feature cosine" in record["reason"] and "< 1.5" in record["reason"]
+    assert f"  front end: {record['reason']}" in stdout.splitlines()
 
 
 def test_feature_cosine_centred_sees_what_plain_cosine_hides():
@@ -154,3 +158,24 @@ def test_int8_options_that_do_not_apply_are_refused(run_cli, cnn_ckpt, photos, t
     # a preset's own int8 options follow its precision: overriding it on the command line is fine
     settings = resolve_settings({"target": "cpu-ort-int8", "precision": "fp32"})
     assert settings.precision == "fp32"
+
+
+def test_front_int8_benchmark_times_both_graphs_in_turns(cnn_ckpt, tmp_path, capsys):
+    import json
+    import sys
+
+    from tests.conftest import REPO
+
+    sys.path.insert(0, f"{REPO}/benchmarks")
+    import front_end_int8 as bench
+
+    fp32 = export(cnn_ckpt, tmp_path / "fp32").path
+    int8 = export(cnn_ckpt, tmp_path / "int8", precision="int8").path
+    assert bench.main([str(fp32), str(int8), "--runs", "2", "--warmup", "0", "--out", str(tmp_path / "out")]) == 0
+    row = json.loads((tmp_path / "out" / "front_end_int8.json").read_text())["rows"][0]
+    record = load_manifest(int8).parity["onnxruntime"]["front_end_int8"]
+    assert row["fp32_ms"] > 0 and row["int8_ms"] > 0 and row["speedup"] == pytest.approx(row["fp32_ms"] / row["int8_ms"])
+    assert row["int8_precision"] == record["precision"] and row["feature_cosine"] == record["feature_cosine"]
+    assert "| front end | B | fp32 ms | int8 ms | speed-up |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.parse_args([str(fp32)])  # bundles come in pairs

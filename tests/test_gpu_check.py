@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 # a GPU machine has torch, onnx, onnxruntime-gpu, numpy, matplotlib: none of these
@@ -35,6 +37,7 @@ def test_no_gpu_prints_one_line_and_exits_0(tmp_path):
     assert "CUDAExecutionProvider" in json.loads((tmp_path / "gpu" / "gpu_check.json").read_text())["skipped"]
 
 
+@pytest.mark.slow
 def test_cpu_provider_as_device_runs_parity_and_timing(tmp_path):
     out = tmp_path / "gpu"
     run = _run("--out", out, "--workdir", tmp_path / "bundles", "--device", "cpu", "--quick", "--batches", "1", "--beams", "1,2", "--precisions",
@@ -65,8 +68,6 @@ def test_cpu_provider_as_device_runs_parity_and_timing(tmp_path):
 def test_providers_take_onnxruntime_options(tmp_path):
     # gpu_check turns TF32 off as ("CUDAExecutionProvider", {"use_tf32": "0"}): a (name, options)
     # pair is checked by its name like a plain name
-    import pytest
-
     from edgecap.errors import EdgecapError
     from edgecap.runtime.engines import check_providers
 

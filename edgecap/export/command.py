@@ -65,6 +65,8 @@ def _summary(result) -> list[str]:
         if "max_abs_delta" in p:
             parts.append("max |delta| " + ", ".join(f"{k} {v:.1e}" for k, v in p["max_abs_delta"].items()))
         lines.append(f"  parity {engine} {p['precision']}: " + "; ".join(parts))
+        if "front_end_int8" in p:
+            lines.append(f"  front end: {p['front_end_int8']['reason']}")
         random_inputs = random_inputs or p.get("random_inputs", False)
     sources = {p["inputs"] for p in result.parity.values() if p.get("inputs")}
     lines += [f"  parity inputs: {source}" for source in sorted(sources)]

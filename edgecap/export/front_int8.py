@@ -94,7 +94,9 @@ def quantize_visual(path: Path, spec, calibration: str, inputs, batches: list[tu
             "evaluation": eval_source,
             "fp32_ms": round(fp32_ms, 3), "int8_ms": round(int8_ms, 3),
             "feature_cosine": feature_cosine(feats_a, feats_b),
-            "centred_feature_cosine": feature_cosine(feats_a, feats_b, centre=feats_a.mean(axis=0)),
+            # both need two images or more (one image is its own mean): None with one
+            "centred_feature_cosine": feature_cosine(feats_a, feats_b, centre=feats_a.mean(axis=0))
+            if len(feats_a) > 1 else None,
             # how alike different images' fp32 features are: near 1, the features barely
             # depend on the image (random weights) and the plain cosine says little
             "cosine_between_images": feature_cosine(feats_a[:-1], feats_a[1:]) if len(feats_a) > 1 else None,
