@@ -66,6 +66,16 @@ def test_background_loading_captions_first_and_scores_once_loaded():
     assert f"{scored.count(False)} captions not scored: finished while the coverage scorer was loading" in summary.human()
 
 
+def test_closing_waits_for_a_load_still_running():
+    """A run that ends before the scorer is loaded (`--frames 1`) joins the loading thread:
+    an interpreter exiting while a thread imports spaCy can abort with a fatal error."""
+    annotator = _SlowAnnotator(0.3, background=True)
+    assert annotator.score("a red cup", CUP) is None
+    assert annotator._loader.is_alive()
+    annotator.close()
+    assert not annotator._loader.is_alive() and annotator.score("a red cup", CUP)[0][">1%"] == 1.0
+
+
 def test_waiting_for_the_scorer_scores_every_caption():
     annotator = _SlowAnnotator(0.15)
     records, summary, _ = _run(annotator, frames=4)

@@ -413,6 +413,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     options = LoopOptions(batch=settings.batch, max_fps=settings.max_fps,
                           frames=settings.frames, latency_budget_ms=settings.latency_budget)
     with contextlib.ExitStack() as closing:
+        closing.callback(coverage.close)  # last out: a background scorer load finishes first
         if settings.show:  # fails at once on a headless OpenCV, before anything slow
             window = closing.enter_context(contextlib.closing(Window()))
 

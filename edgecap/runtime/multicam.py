@@ -73,6 +73,7 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
                           latency_budget_ms=settings.latency_budget)
     cameras: list[Camera] = []
     with contextlib.ExitStack() as closing:
+        closing.callback(coverage.close)  # last out: a background scorer load finishes first
         captioner.warm_up()  # before any camera opens: its driver would queue stale frames
         coverage.warm_up()
         for index, source in enumerate(built):

@@ -59,6 +59,12 @@ class CoverageAnnotator:
         finally:
             self._loaded.set()
 
+    def close(self) -> None:
+        """Wait for a background load still running: an interpreter that exits while a thread
+        is inside an import can abort (a fatal error and a non-zero exit after a clean run)."""
+        if self._loader is not None:
+            self._loader.join()
+
     def _get(self):
         try:
             return self._load()
