@@ -24,6 +24,8 @@ from edgecap.data.coco_categories import CATEGORY_BASES
 
 from .coco_results import DEFAULT_MIN_SCORE
 from .records import summary_path
+from .run_parts import coverage_in_background, default_pace, jsonl_sink
+from .run_parts import log as _log
 
 
 @dataclass
@@ -334,28 +336,6 @@ def _check_outputs_are_not_inputs(settings: RunSettings) -> None:
         seen.append((flag, path))
 
 
-def default_pace(source) -> str:
-    """Cameras run live; folders and ACVR caption every frame; videos, synth and robot logs
-    play at their own rate."""
-    from .sources import ACVRSource, FolderSource
-
-    if source.live:
-        return "live"
-    return "every" if isinstance(source, (ACVRSource, FolderSource)) else "native"
-
-
-def coverage_in_background(settings: RunSettings, sources) -> bool:
-    """--coverage-load: as asked, else in the background when every source is live (a camera
-    or stream, whose first caption a restarted robot waits for)."""
-    if settings.coverage_load is not None:
-        return settings.coverage_load == "background"
-    return all(source.live for source in sources)
-
-
-def _log(msg: str) -> None:
-    print(f"edgecap run: {msg}", file=sys.stderr, flush=True)
-
-
 def execute(captioner, settings: RunSettings, stop: threading.Event | None = None, out=None,
             sinks=()):
     """Run the loop with `settings`; returns (summary, error message or None). `sinks` get every
@@ -474,21 +454,6 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     if settings.jsonl:
         write_json_atomic(summary_path(settings.jsonl), summary.to_json())
     return summary, (str(grabber.error) if grabber.error is not None else None)
-
-
-def jsonl_sink(closing, settings: RunSettings, summary):
-    """The --jsonl writer, closed by `closing` (an ExitStack), as a record sink; with --append
-    the run opens with a run_start line and closes with a run_end line holding `summary`."""
-    import contextlib
-
-    from .records import RUN_END, JsonlWriter, run_start_record
-
-    jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
-    if settings.append:
-        jsonl.write(run_start_record(summary.source, settings.bundle, settings.area))
-        # registered after closing(): runs first, so the summary line precedes the close
-        closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
-    return lambda record: jsonl.write(record.to_json())
 
 
 def _detections(settings: RunSettings):

@@ -48,9 +48,10 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     from edgecap.io import interrupt_delivered, stop_on_signals, write_json_atomic
 
     from .camera import FrameGrabber
-    from .command import _log, coverage_in_background, default_pace, jsonl_sink
     from .loop import Camera, LoopOptions, run_cameras
     from .records import Summary, summary_path
+    from .run_parts import coverage_in_background, default_pace, jsonl_sink
+    from .run_parts import log as _log
     from .scoring import CoverageAnnotator
     from .sources import ACVRSource, SynthSource, make_source, masked
 
