@@ -229,14 +229,10 @@ def remove_orphans(target: str | os.PathLike) -> list[Path]:
     """
     target = Path(os.path.abspath(target))
     removed = []
-    for work in _work_dirs(target):
+    for work, alive in _locked_work_dirs(target):
+        if alive:
+            continue
         try:
-            fd = os.open(_lock_file(work), os.O_RDWR)
-        except OSError:
-            continue  # no lock file yet (or not ours): not provably orphaned
-        try:
-            if not _try_lock(fd):
-                continue  # its writer is alive
             old = work / OLD_NAME
             if old.exists() and not os.path.lexists(target):
                 os.replace(old, target)
@@ -247,8 +243,6 @@ def remove_orphans(target: str | os.PathLike) -> list[Path]:
             _log(f"removed {work.name} ({size / 1e6:.1f} MB), left by an interrupted write of {target.name}")
         except OSError:
             continue
-        finally:
-            os.close(fd)
     return removed
 
 
@@ -269,24 +263,31 @@ def _work_dirs(target: Path) -> list[Path]:
         return []
 
 
+def _locked_work_dirs(target: Path):
+    """(work directory, whether a living process holds its lock) for each of `target`'s work
+    directories that has a lock file (one without is not provably orphaned, so it is left out).
+    The lock is held, when it could be taken, until the caller moves to the next one."""
+    for work in _work_dirs(target):
+        try:
+            fd = os.open(_lock_file(work), os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            yield work, not _try_lock(fd)
+        finally:
+            os.close(fd)
+
+
 def live_writers(target: str | os.PathLike) -> list[tuple[Path, dict]]:
     """(work directory, what its lock file says: pid, host, command) of every process that is
     writing `target` now: those whose lock cannot be taken."""
     target = Path(os.path.abspath(target))
-    alive = []
-    for work in _work_dirs(target):
-        try:
-            fd = os.open(_lock_file(work), os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            if _try_lock(fd):
-                continue  # an orphan: its writer is dead
+    writers = []
+    for work, alive in _locked_work_dirs(target):
+        if alive:  # else an orphan: its writer is dead
             holder = json_or_none(_lock_file(work))
-            alive.append((work, holder if isinstance(holder, dict) else {}))
-        finally:
-            os.close(fd)
-    return alive
+            writers.append((work, holder if isinstance(holder, dict) else {}))
+    return writers
 
 
 def _command_line() -> str:
