@@ -72,8 +72,9 @@ def test_quick_cameras_run_the_multi_camera_loop_and_report_each_camera(tmp_path
     assert (one["cameras"], three["cameras"]) == (1, 3) and one["status"] == three["status"] == "ok"
     assert [c["camera"] for c in three["per_camera"]] == [0, 1, 2]
     assert all(c["captions_per_s"] > 0 for c in three["per_camera"])
-    # three cameras on a batch-2 bundle: every round is two batches, more than one frame in it
-    assert three["batches_per_round"] == 2 and three["rows_per_round"] > 1
+    # three cameras on a batch-2 bundle: every round is two batches; how many cameras have a
+    # fresh frame at each round depends on how fast this machine captions, so only >= 1
+    assert three["batches_per_round"] == 2 and three["rows_per_round"] >= 1
     assert one["rows_per_round"] == 1 and one["captions_per_s"] <= 15 * 1.1  # one 15 fps camera at most
     assert three["p99_ms"] >= three["p50_ms"] > 0 and three["visual_ms"] > 0 and three["decode_bound_ms"] > 0
     assert "| mobilenet_v3_large | smart | onnxruntime | 2 | 3 |" in (out / "pipeline_cameras.md").read_text()
