@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 
 from edgecap.contract.manifest import (
@@ -75,33 +77,77 @@ def _check(path: Path, checks: dict, trt: bool, ranges: dict | None = None, run_
         compat.require_compatible([report])
 
 
-def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progress: bool = True) -> ExportResult:
-    checkpoint = Path(checkpoint)
+@dataclass
+class ExportState:
+    """What the steps of one checkpoint export share: each step reads it and adds to it."""
+
+    checkpoint: Path
+    settings: ExportSettings
+    ckpt: object       # edgecap.models.checkpoint.Checkpoint
+    spec: object       # edgecap.export.specs.ExportSpec
+    inputs: object     # edgecap.export.verify.ParityInputs
+    graphs: list       # the spec's graphs (made once: tracing them draws random inputs)
+    tmp: Path          # the work directory, renamed onto the bundle when every step passed
+    bar: object
+    manifest: Manifest | None = None
+    checks: dict = field(default_factory=dict)
+    feeds: dict | None = None  # calibration inputs per graph role, recorded from the fp32 bundle
+    front_int8: dict | None = None  # the static-int8 front end's record (edgecap.export.front_int8)
+
+    @property
+    def trt(self) -> bool:
+        return self.settings.format.name == "trt"
+
+    @property
+    def calibrated(self) -> bool:
+        """TensorRT's int8 calibrator builds its int8 from the fp32 graphs."""
+        return self.trt and self.settings.precision == "int8" and self.settings.int8_mode == "calibrator"
+
+    @property
+    def onnx_precision(self) -> str:
+        """TensorRT builds strongly typed engines from the ONNX graphs at their own precision;
+        only its calibrator builds int8 from fp32."""
+        return "fp32" if self.calibrated else self.settings.precision
+
+    @property
+    def onnx_quantize(self) -> str:
+        return "static" if self.trt else self.settings.quantize  # TensorRT builds int8 from static QDQ
+
+    @property
+    def needs_feeds(self) -> bool:
+        return (self.onnx_precision == "int8" and self.onnx_quantize == "static") or self.calibrated
+
+    @cached_property
+    def np_batches(self) -> list:
+        return [tuple(x.numpy() for x in b) for b in self.inputs.batches]
+
+
+def _require_engine(settings: ExportSettings) -> None:
+    """A missing or unsupported TensorRT (or other engine library), said before any work."""
     fmt = settings.format
-    if checkpoint.is_dir():  # it says what in the bundle TensorRT cannot build before asking for tensorrt
-        return rebuild_engines(checkpoint, settings, progress)
-    if fmt.name == "trt":  # a missing or unsupported TensorRT, said before any work
+    if fmt.name == "trt":
         from edgecap.export.tensorrt import require_int8_mode
         from edgecap.runtime.engines import tensorrt_module
 
         require_int8_mode(tensorrt_module("--engine trt"), settings.int8_mode if settings.precision == "int8" else "qdq")
     elif fmt.requires != "onnxruntime":
         require(fmt.requires, fmt.extra, f"--engine {fmt.name}")
-    out = Path(settings.out) if settings.out else default_out(checkpoint, settings)
-    check_writable(out, settings.force, "" if settings.out else " (the default beside the checkpoint; choose one with --out DIR)")
 
+
+def _load_model(checkpoint: Path, settings: ExportSettings):
+    """-> (checkpoint, export spec, parity inputs), with the native libraries imported before
+    the work directory exists: a SIGTERM raised while one of them is importing crosses C++
+    (nanobind) and aborts the process, skipping cleanup."""
     require("torch", "train", "export")
     import torch
 
-    # the native libraries, imported before the work directory exists: a SIGTERM raised while
-    # one of them is importing crosses C++ (nanobind) and aborts the process, skipping cleanup
     require("onnx", "train", "ONNX export")
     require("onnxruntime", "train", "the parity gate")
-    from edgecap.export.onnx import export_graph
+    import edgecap.export.onnx  # noqa: F401
+    import edgecap.runtime.session  # noqa: F401
     from edgecap.export.specs import spec_for
-    from edgecap.export.verify import load_parity_inputs, parity_gate, require_parity
+    from edgecap.export.verify import load_parity_inputs
     from edgecap.models.checkpoint import check_finite, load_checkpoint
-    from edgecap.runtime.session import Bundle
 
     torch.manual_seed(0)
     ckpt = load_checkpoint(checkpoint)
@@ -112,121 +158,174 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
             print(f"note: {note}", file=sys.stderr)
     check_finite(ckpt.model.state_dict(), f"checkpoint {checkpoint}", "a bundle of it would caption nothing "
                  "(train again, or export an earlier checkpoint)")
-    cfg, vocab = ckpt.config, ckpt.vocab
     spec = spec_for(ckpt.model, settings.batch, settings.beam)
     inputs = load_parity_inputs(spec, settings.samples, settings.data, ckpt.meta, checkpoint=checkpoint)
+    return ckpt, spec, inputs
+
+
+def _export_graphs(s: ExportState) -> None:
+    """fp32 ONNX graphs, checked for static shapes and TensorRT-compatible ops, and the
+    manifest that describes them."""
+    from edgecap.export.onnx import export_graph
+
+    cfg = s.ckpt.config
+    ranges = {"token": (0, cfg.vocab_size - 1), "step": (0, cfg.max_len - 1)}
+    infos = {}
+    for g in s.graphs:
+        s.bar.set_postfix_str(f"onnx {g.role}")
+        infos[g.role] = export_graph(g, s.tmp / f"{g.role}.onnx", s.settings.opset, s.settings.exporter)
+        _check(s.tmp / f"{g.role}.onnx", s.checks, s.trt, ranges, run_polygraphy=s.trt)
+        s.bar.update()
+    s.manifest = _new_manifest(s, infos)
+
+
+def _new_manifest(s: ExportState, infos: dict) -> Manifest:
+    cfg, vocab, settings = s.ckpt.config, s.ckpt.vocab, s.settings
+    manifest = Manifest(
+        format_version=FORMAT_VERSION,
+        created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        model={"name": cfg.name, "family": cfg.family, "decoder": cfg.decoder, "config": cfg.to_dict(),
+               "parameters": s.ckpt.model.num_parameters(), "checkpoint": s.checkpoint.name},
+        input="images" if s.spec.takes_images else "features",
+        batch_size=settings.batch, beam_size=settings.beam, max_len=cfg.max_len,
+        vocab=Vocabulary(list(vocab.itos), vocab.pad_id, vocab.bos_id, vocab.eos_id, vocab.unk_id),
+        preprocessing=s.spec.preprocessing(),
+        frontend=s.spec.frontend(),
+        decoding=DecodingDefaults(beam_size=settings.beam, max_len=cfg.max_len, length_penalty=0.0),
+        state=DecodingState.of(s.ckpt.model.state, s.spec.top_k, s.spec.extra_names),
+        graphs=[GraphEntry.of_file(role, f"{role}.onnx", s.tmp, "onnxruntime", "fp32", **info)
+                for role, info in infos.items()],
+        checks=s.checks,
+        target=settings.target,
+        versions=versions(),
+    )
+    retrieval = s.spec.assets(s.tmp, vocab)
+    if retrieval:
+        manifest.retrieval = {**retrieval, "sha256": {retrieval[k]: sha256_file(s.tmp / retrieval[k])
+                                                      for k in ("index", "tokens")}}
+    return manifest
+
+
+def _check_calibration_folder(s: ExportState) -> None:
+    """Said before the slow work: a --calibration folder that would go unused."""
+    from edgecap.export.front_int8 import check_calibration
+
+    check_calibration(s.settings.calibration, s.tmp / "visual.onnx")
+
+
+def _record_calibration_feeds(s: ExportState) -> None:
+    """The inputs each graph sees while the fp32 bundle captions the parity inputs: static int8's
+    and TensorRT's calibrator's calibration data."""
+    from edgecap.export.calibration import record_feeds
+    from edgecap.runtime.session import Bundle
+
+    s.bar.set_postfix_str("calibration inputs")
+    s.feeds = record_feeds(Bundle.load(s.tmp, providers=["CPUExecutionProvider"], engine="onnxruntime"),
+                           s.np_batches)
+
+
+def _reduce_precision(s: ExportState) -> None:
+    """The ONNX graphs rewritten in place at the reduced precision."""
+    for entry in s.manifest.graphs:
+        s.bar.set_postfix_str(f"{s.onnx_precision} {entry.role}")
+        entry.precision = _reduce_graph(s, entry)
+        entry.sha256 = sha256_file(s.tmp / entry.file)
+        # the checks describe the graph the bundle holds: dynamic int8's integer MatMuls
+        # and weight-only's contrib ops are not TensorRT's
+        _check(s.tmp / entry.file, s.checks, s.trt)
+
+
+def _reduce_graph(s: ExportState, entry: GraphEntry) -> str:
+    """Rewrite one graph; -> the precision it holds now."""
+    from edgecap.export.quantize import convert_fp16, graph_mode, is_convolutional, quantize_int8
+
+    path = s.tmp / entry.file
+    if entry.role == "visual" and s.onnx_precision == "int8" and not s.trt and is_convolutional(path):
+        return _quantize_front_end(s, path)
+    if s.onnx_precision == "fp16":
+        return convert_fp16(path, path)
+    return quantize_int8(path, path, graph_mode(s.onnx_quantize, entry.role), (s.feeds or {}).get(entry.role))
+
+
+def _quantize_front_end(s: ExportState, path: Path) -> str:
+    """A convolutional front end: static int8 where that pays, measured against fp32."""
+    from edgecap.export.front_int8 import quantize_visual
+
+    s.front_int8 = quantize_visual(path, s.spec, s.settings.calibration, s.inputs, s.np_batches, s.ckpt.meta,
+                                   s.settings.beam)
+    return s.front_int8["precision"]
+
+
+def _build_engines(s: ExportState) -> None:
+    """TensorRT engines beside their ONNX source."""
+    from edgecap.export.tensorrt import build_engine, engine_name
+
+    settings = s.settings
+    cache = Path(settings.timing_cache) if settings.timing_cache else None
+    for entry in list(s.manifest.graphs):
+        s.bar.set_postfix_str(f"tensorrt {entry.role}")
+        rows = settings.batch * (settings.beam if entry.role == "decoder_step" else 1)
+        name = engine_name(entry.role, rows, settings.precision)
+        info = build_engine(s.tmp / entry.file, s.tmp / name, settings.precision, settings.workspace, cache,
+                            settings.int8_mode, (s.feeds or {}).get(entry.role))
+        s.manifest.graphs.append(GraphEntry.of_file(entry.role, name, s.tmp, "tensorrt", settings.precision,
+                                                    entry.inputs, entry.outputs, entry.opset,
+                                                    source=entry.file, tensorrt=info))
+        s.bar.update()
+
+
+def _gate_parity(s: ExportState) -> None:
+    """The parity gate, on every engine the bundle carries; the reports go into the manifest."""
+    parity = {}
+    for engine in ["onnxruntime"] + (["tensorrt"] if s.trt else []):
+        s.bar.set_postfix_str(f"parity {engine}")
+        parity[engine] = _engine_parity(s, engine)
+        s.bar.update()
+    s.manifest.parity = parity
+
+
+def _engine_parity(s: ExportState, engine: str) -> dict:
+    from edgecap.export.verify import parity_gate, require_parity
+    from edgecap.runtime.session import Bundle
+
+    bundle = Bundle.load(s.tmp, providers=["CPUExecutionProvider"], engine=engine)
+    precision = s.settings.precision if engine == "tensorrt" else s.onnx_precision
+    report = parity_gate(s.spec, bundle, s.inputs, precision, s.ckpt.vocab)
+    if precision == "int8":  # which int8: onnxruntime's quantization or TensorRT's int8 mode
+        report["quantize"] = s.settings.int8_mode if engine == "tensorrt" else s.onnx_quantize
+    if s.front_int8 is not None and engine == "onnxruntime":
+        report["front_end_int8"] = s.front_int8
+    require_parity(report)
+    return report
+
+
+def _steps(s: ExportState) -> tuple:
+    """The export's steps in order, each with whether this export takes it (as ultralytics'
+    exporter picks its per-format export functions)."""
+    return ((_export_graphs, True),
+            (_check_calibration_folder, bool(s.settings.calibration)),
+            (_record_calibration_feeds, s.needs_feeds),
+            (_reduce_precision, s.onnx_precision != "fp32"),
+            (_build_engines, s.trt),
+            (_gate_parity, True))
+
+
+def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progress: bool = True) -> ExportResult:
+    checkpoint = Path(checkpoint)
+    if checkpoint.is_dir():  # it says what in the bundle TensorRT cannot build before asking for tensorrt
+        return rebuild_engines(checkpoint, settings, progress)
+    _require_engine(settings)
+    out = Path(settings.out) if settings.out else default_out(checkpoint, settings)
+    check_writable(out, settings.force, "" if settings.out else " (the default beside the checkpoint; choose one with --out DIR)")
+    ckpt, spec, inputs = _load_model(checkpoint, settings)
     graphs = spec.graphs()
-    trt = fmt.name == "trt"
-    steps = len(graphs) * (2 if trt else 1) + 2
+    steps = len(graphs) * (2 if settings.format.name == "trt" else 1) + 2
     with atomic_dir(out, BUNDLE, force=settings.force) as tmp, _progress(steps, progress) as bar:
-        # 1. fp32 ONNX graphs, checked for static shapes and TensorRT-compatible ops
-        infos, checks = {}, {}
-        ranges = {"token": (0, cfg.vocab_size - 1), "step": (0, cfg.max_len - 1)}
-        for g in graphs:
-            bar.set_postfix_str(f"onnx {g.role}")
-            infos[g.role] = export_graph(g, tmp / f"{g.role}.onnx", settings.opset, settings.exporter)
-            _check(tmp / f"{g.role}.onnx", checks, trt, ranges, run_polygraphy=trt)
-            bar.update()
-        manifest = Manifest(
-            format_version=FORMAT_VERSION,
-            created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            model={"name": cfg.name, "family": cfg.family, "decoder": cfg.decoder, "config": cfg.to_dict(),
-                   "parameters": ckpt.model.num_parameters(), "checkpoint": checkpoint.name},
-            input="images" if spec.takes_images else "features",
-            batch_size=settings.batch, beam_size=settings.beam, max_len=cfg.max_len,
-            vocab=Vocabulary(list(vocab.itos), vocab.pad_id, vocab.bos_id, vocab.eos_id, vocab.unk_id),
-            preprocessing=spec.preprocessing(),
-            frontend=spec.frontend(),
-            decoding=DecodingDefaults(beam_size=settings.beam, max_len=cfg.max_len, length_penalty=0.0),
-            state=DecodingState.of(ckpt.model.state, spec.top_k, spec.extra_names),
-            graphs=[GraphEntry.of_file(g.role, f"{g.role}.onnx", tmp, "onnxruntime", "fp32", **infos[g.role])
-                    for g in graphs],
-            checks=checks,
-            target=settings.target,
-            versions=versions(),
-        )
-        retrieval = spec.assets(tmp, vocab)
-        if retrieval:
-            manifest.retrieval = {**retrieval, "sha256": {retrieval[k]: sha256_file(tmp / retrieval[k])
-                                                          for k in ("index", "tokens")}}
-        manifest.write(tmp)
-        np_batches = [tuple(x.numpy() for x in b) for b in inputs.batches]
-        if settings.calibration:  # said before the slow work: a folder that would go unused
-            from edgecap.export.front_int8 import check_calibration
-
-            check_calibration(settings.calibration, tmp / "visual.onnx")
-
-        # 2. reduced precision: ONNX graphs rewritten in place. TensorRT builds strongly typed
-        # engines from them at their own precision; only its calibrator builds int8 from fp32
-        calibrated = trt and settings.precision == "int8" and settings.int8_mode == "calibrator"
-        onnx_precision = "fp32" if calibrated else settings.precision
-        onnx_quantize = "static" if trt else settings.quantize  # TensorRT builds int8 from static QDQ
-        feeds = None
-        needs_feeds = (onnx_precision == "int8" and onnx_quantize == "static") or calibrated
-        if needs_feeds:
-            bar.set_postfix_str("calibration inputs")
-            from edgecap.export.calibration import record_feeds
-
-            feeds = record_feeds(Bundle.load(tmp, providers=["CPUExecutionProvider"], engine="onnxruntime"), np_batches)
-        front_int8 = None  # the static-int8 front end's record (edgecap.export.front_int8)
-        if onnx_precision != "fp32":
-            from edgecap.export.quantize import (
-                convert_fp16,
-                graph_mode,
-                is_convolutional,
-                quantize_int8,
-            )
-
-            for entry in manifest.graphs:
-                path = tmp / entry.file
-                bar.set_postfix_str(f"{onnx_precision} {entry.role}")
-                if entry.role == "visual" and onnx_precision == "int8" and not trt and is_convolutional(path):
-                    from edgecap.export.front_int8 import quantize_visual
-
-                    front_int8 = quantize_visual(path, spec, settings.calibration, inputs, np_batches, ckpt.meta,
-                                                 settings.beam)
-                    entry.precision = front_int8["precision"]
-                elif onnx_precision == "fp16":
-                    entry.precision = convert_fp16(path, path)
-                else:
-                    entry.precision = quantize_int8(path, path, graph_mode(onnx_quantize, entry.role),
-                                                    (feeds or {}).get(entry.role))
-                entry.sha256 = sha256_file(path)
-                # the checks describe the graph the bundle holds: dynamic int8's integer MatMuls
-                # and weight-only's contrib ops are not TensorRT's
-                _check(path, checks, trt)
-        # 3. TensorRT engines beside their ONNX source
-        if trt:
-            from edgecap.export.tensorrt import build_engine, engine_name
-
-            cache = Path(settings.timing_cache) if settings.timing_cache else None
-            for entry in list(manifest.graphs):
-                bar.set_postfix_str(f"tensorrt {entry.role}")
-                rows = settings.batch * (settings.beam if entry.role == "decoder_step" else 1)
-                name = engine_name(entry.role, rows, settings.precision)
-                info = build_engine(tmp / entry.file, tmp / name, settings.precision, settings.workspace, cache,
-                                    settings.int8_mode, (feeds or {}).get(entry.role))
-                manifest.graphs.append(GraphEntry.of_file(entry.role, name, tmp, "tensorrt", settings.precision,
-                                                          entry.inputs, entry.outputs, entry.opset,
-                                                          source=entry.file, tensorrt=info))
-                bar.update()
-        manifest.write(tmp)
-
-        # 4. the parity gate, on every engine the bundle carries
-        parity = {}
-        engines = ["onnxruntime"] + (["tensorrt"] if trt else [])
-        for engine in engines:
-            bar.set_postfix_str(f"parity {engine}")
-            bundle = Bundle.load(tmp, providers=["CPUExecutionProvider"], engine=engine)
-            precision = settings.precision if engine == "tensorrt" else onnx_precision
-            parity[engine] = parity_gate(spec, bundle, inputs, precision, vocab)
-            if precision == "int8":  # which int8: onnxruntime's quantization or TensorRT's int8 mode
-                parity[engine]["quantize"] = settings.int8_mode if engine == "tensorrt" else onnx_quantize
-            if front_int8 is not None and engine == "onnxruntime":
-                parity[engine]["front_end_int8"] = front_int8
-            require_parity(parity[engine])
-            bar.update()
-        manifest.parity = parity
-        manifest.write(tmp)
+        state = ExportState(checkpoint, settings, ckpt, spec, inputs, graphs, tmp, bar)
+        for step, taken in _steps(state):
+            if taken:
+                step(state)
+                # on disk after every step: the later steps load the bundle made so far
+                state.manifest.write(tmp)
         bar.update()
-    return ExportResult(out, manifest, defaulted=not settings.out)
+    return ExportResult(out, state.manifest, defaulted=not settings.out)

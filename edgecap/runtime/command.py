@@ -24,7 +24,7 @@ from edgecap.data.coco_categories import CATEGORY_BASES
 
 from .coco_results import DEFAULT_MIN_SCORE
 from .records import summary_path
-from .run_parts import coverage_in_background, default_pace, jsonl_sink
+from .run_parts import coverage_in_background, default_pace
 from .run_parts import log as _log
 
 
@@ -339,7 +339,7 @@ def _check_outputs_are_not_inputs(settings: RunSettings) -> None:
 def execute(captioner, settings: RunSettings, stop: threading.Event | None = None, out=None,
             sinks=()):
     """Run the loop with `settings`; returns (summary, error message or None). `sinks` get every
-    record too, after the console, JSONL and video."""
+    record too, after the console and the outputs `settings` ask for (run_sinks.SINKS)."""
     import contextlib
 
     from edgecap.errors import EdgecapError
@@ -347,8 +347,8 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
 
     from .camera import FrameGrabber
     from .loop import LoopOptions, run_loop
-    from .overlay import VideoSink, Window
     from .records import Summary
+    from .run_sinks import RunContext, open_sinks
     from .scoring import CoverageAnnotator
     from .sources import ACVRSource, FolderSource, SynthSource, make_source, masked
 
@@ -392,16 +392,10 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
 
     options = LoopOptions(batch=settings.batch, max_fps=settings.max_fps,
                           frames=settings.frames, latency_budget_ms=settings.latency_budget)
+    run = RunContext(summary, stop, source)
     with contextlib.ExitStack() as closing:
         closing.callback(coverage.close)  # last out: a background scorer load finishes first
-        if settings.show:  # fails at once on a headless OpenCV, before anything slow
-            window = closing.enter_context(contextlib.closing(Window()))
-
-            def show(record):
-                window.write(record)
-                if window.closed:  # q or Esc in the window
-                    stop.set()
-            sinks.append(show)
+        sinks += open_sinks(closing, settings, run, before_start=True)
         # Start-up costs (onnxruntime sessions, spaCy) are paid before the source opens: a
         # camera opened early would queue frames in its driver, and they would come out stale.
         captioner.warm_up()
@@ -418,25 +412,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
             _log(source.note)
         if detections is not None and detections.note:
             _log(f"--detections {settings.detections}: {detections.note}")
-        if settings.jsonl:
-            sinks.append(jsonl_sink(closing, settings, summary))
-        if settings.out_mcap:
-            from .mcap_sink import McapCaptionSink
-
-            mcap = closing.enter_context(contextlib.closing(McapCaptionSink(
-                settings.out_mcap, source=summary.source, bundle=str(settings.bundle or ""))))
-            sinks.append(mcap.write)
-        if settings.rerun:
-            from .rerun_sink import RerunSink
-
-            sinks.append(closing.enter_context(contextlib.closing(
-                RerunSink(settings.rerun, source=summary.source))).write)
-        if settings.save_video:
-            # One video frame per caption, played at the rate captions are expected.
-            fps = min(settings.max_fps or source.fps or 10.0, 30.0)
-            sinks.append(closing.enter_context(contextlib.closing(
-                VideoSink(settings.save_video, fps=fps))).write)
-        sinks += extra_sinks
+        sinks += open_sinks(closing, settings, run, before_start=False) + extra_sinks
         with stop_on_signals(stop):
             grabber.start()
             try:

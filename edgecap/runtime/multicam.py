@@ -50,8 +50,9 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     from .camera import FrameGrabber
     from .loop import Camera, LoopOptions, run_cameras
     from .records import Summary, summary_path
-    from .run_parts import coverage_in_background, default_pace, jsonl_sink
+    from .run_parts import coverage_in_background, default_pace
     from .run_parts import log as _log
+    from .run_sinks import RunContext, open_sinks
     from .scoring import CoverageAnnotator
     from .sources import ACVRSource, SynthSource, make_source, masked
 
@@ -92,8 +93,7 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
             cameras.append(Camera(index, grabber, camera_summary))
             if getattr(source, "note", None):
                 _log(f"camera {index}: {source.note}")
-        if settings.jsonl:
-            record_sinks.append(jsonl_sink(closing, settings, summary))
+        record_sinks += open_sinks(closing, settings, RunContext(summary, stop), before_start=False)
         record_sinks += list(sinks)
         with stop_on_signals(stop):
             for camera in cameras:

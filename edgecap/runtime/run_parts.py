@@ -1,6 +1,6 @@
 """Pieces the one-source run (`command.execute`) and the several-camera run
-(`multicam.execute_cameras`) share: the default pace, when coverage loads in the background,
-the --jsonl sink and the run's stderr line."""
+(`multicam.execute_cameras`) share: the default pace, when coverage loads in the background
+and the run's stderr line (their record sinks: run_sinks.py)."""
 
 from __future__ import annotations
 
@@ -28,17 +28,3 @@ def coverage_in_background(settings, sources) -> bool:
 def log(msg: str) -> None:
     print(f"edgecap run: {msg}", file=sys.stderr, flush=True)
 
-
-def jsonl_sink(closing, settings, summary):
-    """The --jsonl writer, closed by `closing` (an ExitStack), as a record sink; with --append
-    the run opens with a run_start line and closes with a run_end line holding `summary`."""
-    import contextlib
-
-    from .records import RUN_END, JsonlWriter, run_start_record
-
-    jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
-    if settings.append:
-        jsonl.write(run_start_record(summary.source, settings.bundle, settings.area))
-        # registered after closing(): runs first, so the summary line precedes the close
-        closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
-    return lambda record: jsonl.write(record.to_json())
