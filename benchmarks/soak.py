@@ -15,6 +15,7 @@ per 10k frames and MB per 100k frames, and plotted (`soak.png`). Goal with cover
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,9 @@ from _common import REPO, host_info, print_table, save_png, write_csv, write_jso
 from edgecap.argtypes import BEAM, COUNT, IMAGE_SIDE, POSITIVE, Integer, Parser  # noqa: E402
 
 GOAL_MB_PER_100K = 1.0
+# The run inherits these; glibc's arenas and trim threshold change resident growth, so an A/B
+# of them must say which setting each result had.
+ALLOCATOR_ENV = ("MALLOC_ARENA_MAX", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
 
 
 def parse_args(argv=None):
@@ -172,6 +176,7 @@ def main(argv=None) -> int:
         print(f"with coverage: {with_coverage['mb_per_100k_frames']:.2f} MB per 100k frames after warm-up; "
               f"{verdict} the goal of < {GOAL_MB_PER_100K:g} MB")
     write_json(out / "soak.json", {"host": host_info(), "args": vars(args), "goal_mb_per_100k": GOAL_MB_PER_100K,
+                                   "allocator_env": {k: os.environ[k] for k in ALLOCATOR_ENV if k in os.environ},
                                    "rows": rows})
     write_csv(out / "soak_samples.csv", samples)
     plot(samples, rows, args.warmup, out / "soak.png")

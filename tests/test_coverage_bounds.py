@@ -75,3 +75,11 @@ def test_vector_caches_are_bounded():
     for i in range(VECTOR_CACHE + 10):
         scorer.phrase_vector(f"qq{i} cup")
     assert scorer.phrase_vector.cache_info().currsize == VECTOR_CACHE
+
+def test_cached_captions_share_one_string_per_noun():
+    """A weeks-long run caches thousands of captions over a few hundred nouns: each noun is held
+    once, not once per caption (half of a cached caption's memory)."""
+    extract = NounExtractor(cache_size=8)
+    first, second = extract.mentions(["a red cup on a wooden table", "two cups near the wooden table"])
+    assert first == second == ("cup", "table")
+    assert first[0] is second[0] and first[1] is second[1]

@@ -2,6 +2,7 @@
 memory and reports the growth after warm-up, with a plot."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,10 +22,13 @@ def test_soak_benchmark_reports_growth_per_10k_frames_for_both_modes(tmp_path):
     bundle = cnn_bundle(tmp_path)
     out = tmp_path / "soak"
     run = subprocess.run([sys.executable, f"{REPO}/benchmarks/soak.py", "--bundle", str(bundle), "--quick",
-                          "--size", "32", "--out", str(out)], capture_output=True, text=True, timeout=600)
+                          "--size", "32", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "MALLOC_ARENA_MAX": "2"})
     assert run.returncode == 0, run.stderr[-2000:]
     assert "kB / 10k frames" in run.stdout and "MB per 100k frames after warm-up" in run.stdout
-    rows = json.loads((out / "soak.json").read_text())["rows"]
+    result = json.loads((out / "soak.json").read_text())
+    assert result["allocator_env"] == {"MALLOC_ARENA_MAX": "2"}  # an A/B says which setting it had
+    rows = result["rows"]
     assert [r["mode"] for r in rows] == ["coverage", "no coverage"]
     for row in rows:
         assert row["status"] == "ok" and row["frames"] == 240 and row["samples_fitted"] >= 3
