@@ -107,7 +107,9 @@ def read_image(path: Path) -> np.ndarray:
     problem = damage(data)
     if problem:
         raise BadFrame(f"{path}: {problem}")
-    return check_image(cv2.imread(str(path), cv2.IMREAD_COLOR), str(path))
+    # decoded from the bytes just checked: the file is read once, and what is decoded is what
+    # was checked even if the file changes meanwhile (imdecode applies EXIF orientation as imread does)
+    return check_image(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), str(path))
 
 
 def no_images_reason(path: Path) -> str:
