@@ -66,17 +66,6 @@ class Camera:
     gaps: object = None                           # stats.SequenceGaps: frames lost in transport
 
 
-def combined(stats: list) -> object:
-    """The cameras' frame counts added up, as one GrabberStats for the summary."""
-    from edgecap.runtime.camera import GrabberStats
-
-    total = GrabberStats()
-    for one in stats:
-        for name in ("captured", "taken", "dropped", "skipped"):
-            setattr(total, name, getattr(total, name) + getattr(one, name))
-    return total
-
-
 def import_rclpy():
     try:
         import rclpy
@@ -105,6 +94,7 @@ def caption_node_class():
 
     from edgecap.ros.captions import ANNOTATIONS, STRING, to_ros
     from edgecap.ros.images import COMPRESSED, IMAGE, bgr_to_image
+    from edgecap.runtime.camera import GrabberStats
     from edgecap.runtime.mcap_sink import record_messages
     from edgecap.runtime.records import Summary
 
@@ -294,7 +284,7 @@ def caption_node_class():
 
         def _diagnose(self) -> None:
             s, stats = self.settings, self.stats
-            stats.summary.grabber = combined([c.queue.stats for c in self.cameras])
+            stats.summary.grabber = GrabberStats.total(c.queue.stats for c in self.cameras)
             stats.lost = sum(c.gaps.lost for c in self.cameras)
             level, message = DiagnosticStatus.OK, "captioning"
             waiting = [c.topic for c in self.cameras if c.last_image is None]
@@ -406,6 +396,7 @@ def run_node(ros_args: list[str], bundle: str | None = None, out=None) -> int:
     """Start rclpy with `ros_args` (argv-style, `--ros-args ...` passed through), run the node
     until SIGINT / SIGTERM, print the summary; the exit status. EdgecapError for start-up errors."""
     from edgecap.io import stop_on_signals
+    from edgecap.runtime.camera import GrabberStats
 
     rclpy = import_rclpy()
     from rclpy.executors import SingleThreadedExecutor
@@ -437,7 +428,7 @@ def run_node(ros_args: list[str], bundle: str | None = None, out=None) -> int:
     if node.failure is not None:
         raise EdgecapError(f"captioning failed: {node.failure}")
     summary = node.stats.summary
-    summary.grabber = combined([c.queue.stats for c in node.cameras])
+    summary.grabber = GrabberStats.total(c.queue.stats for c in node.cameras)
     summary.stopped_by = "signal" if stop.is_set() else "ROS shutdown"
     print(summary.human(), file=out)
     lost = sum(c.gaps.lost for c in node.cameras)

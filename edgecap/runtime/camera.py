@@ -74,6 +74,15 @@ class GrabberStats:
         return {"captured": self.captured, "taken": self.taken, "dropped": self.dropped,
                 "skipped": self.skipped, "reopens": self.reopens}
 
+    @classmethod
+    def total(cls, parts) -> GrabberStats:
+        """Several cameras' counts added up (a run of several sources, the ROS node's topics)."""
+        total = cls()
+        for part in parts:
+            for name in ("captured", "taken", "dropped", "skipped", "reopens"):
+                setattr(total, name, getattr(total, name) + getattr(part, name))
+        return total
+
 
 class FrameGrabber:
     """Runs `source` on a thread; `get()` returns the newest frame not yet taken.

@@ -226,7 +226,7 @@ class Summary:
         return (self.captioned - 1) / span if span > 0 else None
 
     def to_json(self) -> dict:
-        g = self.grabber or _total_stats(self.cameras or [])
+        g = self.grabber or GrabberStats.total(c.grabber for c in self.cameras or [] if c.grabber is not None)
         return {
             **({"camera": self.camera} if self.camera is not None else {}),
             "source": self.source,
@@ -281,13 +281,3 @@ class Summary:
                          + ("" if cov is None else f", coverage >1% {100 * cov:.1f}")
                          + f"; stopped by {cam['stopped_by']}")
         return "\n".join(lines)
-
-
-def _total_stats(summaries: list[Summary]) -> GrabberStats:
-    """The grabber counts of several cameras added up (a multi-camera run's total)."""
-    total = GrabberStats()
-    for summary in summaries:
-        if summary.grabber is not None:
-            for name in ("captured", "taken", "dropped", "skipped", "reopens"):
-                setattr(total, name, getattr(total, name) + getattr(summary.grabber, name))
-    return total
