@@ -107,3 +107,32 @@ def test_a_dead_writers_claim_does_not_block_the_next_run(bundle, tmp_path):
     assert second.returncode == 0, second.stderr
     assert "left by an interrupted write of r.jsonl" in second.stderr
     assert [p for p in hidden_leftovers(tmp_path) if p.endswith(".edgecap-tmp")] == []
+
+
+def test_a_second_run_saving_the_same_video_is_refused_and_the_first_finishes_it(bundle, tmp_path):
+    pytest.importorskip("cv2")
+    import cv2
+
+    video = tmp_path / "clip.mp4"
+    log = tmp_path / "first.jsonl"
+    first = _start_first(["run", bundle, "--source", "synth://tabletop?seed=1&size=32", "--pace", "every",
+                          "--save-video", video, "--jsonl", log, "--quiet"], lambda: len(_lines(log)) >= 3)
+    try:
+        second = subprocess.run(_edgecap("run", bundle, "--source", "synth://tabletop?seed=2&size=32",
+                                         "--frames", 5, "--save-video", video, "--quiet"),
+                                cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1, second.stderr
+        err = second.stderr.strip().splitlines()
+        assert len(err) == 1, second.stderr
+        assert f"--save-video {video} is being written by another process (pid {first.pid}: edgecap run " in err[0]
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    assert first.returncode == 0
+    captions = [r for r in map(json.loads, _lines(log)) if "caption" in r]
+    capture = cv2.VideoCapture(str(video))
+    try:
+        assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == len(captions)  # the first run's video, whole
+    finally:
+        capture.release()
+    assert hidden_leftovers(tmp_path) == []

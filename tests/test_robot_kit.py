@@ -86,6 +86,16 @@ def test_the_service_writes_only_under_its_state_directory():
     _run_args(*argv[2:])
 
 
+@pytest.mark.parametrize("unit", [ROBOT / "edgecap.service", NODE.parent / "share" / "edgecap-ros2.service"],
+                         ids=["run", "ros2"])
+def test_each_shipped_unit_runs_with_two_malloc_arenas(unit):
+    """The soak's allocator finding (benchmarks/README.md, "Soak") reaches the robot only if
+    the units a user installs carry it: glibc's one-arena-per-thread default holds twice the
+    resident growth of a weeks-long run."""
+    env = [line.split("=", 1)[1] for line in unit.read_text().splitlines() if line.startswith("Environment=")]
+    assert "MALLOC_ARENA_MAX=2" in env, (unit.name, env)
+
+
 def test_the_robot_readme_installs_what_the_unit_runs():
     readme = (ROBOT / "README.md").read_text()
     unit = (ROBOT / "edgecap.service").read_text()

@@ -226,13 +226,16 @@ def _reads_as_ours(path: Path) -> bool:
 class VideoSink:
     """Annotated frames to a video (OpenCV mp4v), written in a work directory beside the target
     and renamed on close, so an aborted run never leaves a half-written video under the final
-    name (and a killed one leaves a work directory the next write removes)."""
+    name (and a killed one leaves a work directory the next write removes). The work directory
+    is claimed when the sink opens, at the start of the run: a second run saving to the same
+    video is refused then, in one line naming the first, instead of racing it to the rename."""
 
     def __init__(self, path: str | os.PathLike, fps: float = 10.0):
         check_video_path(path)
         self.path = Path(path)
         self.fps = float(fps)
-        self._work = self._writer = self._size = None
+        self._writer = self._size = None
+        self._work = WorkDir(self.path, "--save-video", exclusive=True)
         self.count = 0
 
     def write(self, record: Record) -> None:
@@ -241,7 +244,6 @@ class VideoSink:
         frame = annotate(record, caption_lines=VIDEO_CAPTION_LINES)
         size = (frame.shape[1], frame.shape[0])
         if self._writer is None:
-            self._work = WorkDir(self.path, "--save-video")
             writer = cv2.VideoWriter(str(self._work.file()), cv2.VideoWriter_fourcc(*VIDEO_CODEC), self.fps, size)
             if not writer.isOpened():
                 raise EdgecapError(f"--save-video {self.path}: OpenCV cannot write {VIDEO_CODEC} video there")
@@ -255,7 +257,7 @@ class VideoSink:
         if self._writer is not None:
             writer, self._writer = self._writer, None
             self._work.finish(writer.release)
-        elif self._work is not None:  # the writer never opened
+        else:  # no frame came: no video, and the claim is dropped
             self._work.close()
 
 
