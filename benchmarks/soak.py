@@ -1,7 +1,8 @@
 """Soak: resident memory of `edgecap run` over many frames, with and without coverage.
 
     python benchmarks/soak.py [--checkpoint CKPT | --bundle DIR] [--frames 20000]
-        [--warmup 2000] [--size 64] [--beam 1] [--out DIR] [--quick]
+        [--warmup 2000] [--windows 5] [--size 64] [--beam 1] [--out DIR] [--quick]
+    python benchmarks/soak.py --reanalyse DIR [--warmup N] [--windows N]
 
 Runs `edgecap run BUNDLE --source synth://tabletop --pace every --frames N --jsonl FILE` as a
 subprocess, as on a robot, once with coverage (the synthetic world's ground-truth objects,
@@ -9,12 +10,18 @@ spaCy nouns and the per-caption cache) and once with `--no-coverage`. While it r
 process's resident set size (VmRSS in /proc/PID/status) is sampled with the number of records
 its JSONL holds. After the warm-up frames (imports, onnxruntime arenas, spaCy's first parses)
 the growth is the least-squares slope of RSS against frames, reported in bytes per frame, kB
-per 10k frames and MB per 100k frames, and plotted (`soak.png`). Goal with coverage on: under
-1 MB per 100k frames. Not a timed test: one run measures one machine; Linux only (/proc).
+per 10k frames and MB per 100k frames, and plotted (`soak.png`). The same slope is also given
+for each of `--windows` equal spans of the run, so growth that levels off (bounded caches and
+free lists filling) is told apart from growth that goes on. `--reanalyse DIR` fits a finished
+run's samples again (another warm-up, other windows) without running it again. Goal with
+coverage on: under 1 MB per 100k frames. Not a timed test: one run measures one machine; Linux
+only (/proc).
 """
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import subprocess
 import sys
@@ -39,18 +46,36 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint", default=None, help="export this checkpoint (default: the demo model)")
     p.add_argument("--bundle", default=None, help="use an existing bundle instead of exporting")
     p.add_argument("--frames", type=COUNT, default=20000, help="captions per run")
-    p.add_argument("--warmup", type=Integer(0), default=2000, help="frames left out of the growth fit")
+    p.add_argument("--warmup", type=Integer(0), default=None,
+                   help="frames left out of the growth fit (default 2000; with --reanalyse, the run's own)")
+    p.add_argument("--windows", type=COUNT, default=5, help="spans of the run, each with its own growth")
+    p.add_argument("--reanalyse", default=None, metavar="DIR",
+                   help="fit the samples of a finished run in DIR (its soak.json, soak_samples.csv) again")
     p.add_argument("--size", type=IMAGE_SIDE, default=64, help="side of the synthetic world's frames")
     p.add_argument("--beam", type=BEAM, default=1)
     p.add_argument("--interval", type=POSITIVE, default=0.25, help="seconds between RSS samples")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "soak"))
     p.add_argument("--quick", action="store_true", help="a few hundred frames (tests)")
     args = p.parse_args(argv)
+    if args.reanalyse:
+        recorded = json.loads(_read(Path(args.reanalyse) / "soak.json", p))["args"]
+        args.frames = recorded["frames"]
+        args.warmup = recorded["warmup"] if args.warmup is None else args.warmup
+        args.out = args.reanalyse
+    if args.warmup is None:
+        args.warmup = 2000
     if args.quick:
         args.frames, args.warmup, args.interval = min(args.frames, 240), min(args.warmup, 60), 0.05
     if args.warmup >= args.frames:
         p.error(f"--warmup {args.warmup} leaves nothing to measure of --frames {args.frames}")
     return args
+
+
+def _read(path: Path, parser) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        parser.error(f"--reanalyse: cannot read {path} ({exc.strerror}); expected a soak.py --out directory")
 
 
 def make_bundle(args, workdir: Path) -> Path:
@@ -110,8 +135,25 @@ def soak(bundle: Path, coverage: bool, args, workdir: Path) -> tuple[dict, list[
     row = {"mode": label, "frames": args.frames, "warmup": args.warmup}
     if proc.returncode != 0:
         return {**row, "status": "failed", "reason": (err.strip().splitlines() or ["?"])[-1][:160]}, samples
-    return {**row, "status": "ok", **growth(samples, args.warmup, args.frames),
-            "seconds": round(time.monotonic() - started, 1)}, samples
+    return {**row, "status": "ok", "seconds": round(time.monotonic() - started, 1),
+            **fitted(samples, args)}, samples
+
+
+def fitted(samples: list[dict], args) -> dict:
+    """The growth after warm-up and in each window of the run."""
+    return {**growth(samples, args.warmup, args.frames), "windows": windows(samples, args.frames, args.windows)}
+
+
+def windows(samples: list[dict], frames: int, count: int) -> list[dict]:
+    """Growth in `count` equal spans of frames over the whole run (the first holds start-up).
+    A bounded structure filling shows as windows whose growth falls towards zero."""
+    edges = [round(frames * i / count) for i in range(count + 1)]
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        fit = growth(samples, lo, hi)
+        out.append({"from_frame": lo, "to_frame": hi, "mb_per_100k_frames": fit.get("mb_per_100k_frames"),
+                     "rss_end_mb": fit.get("rss_end_mb")})
+    return out
 
 
 def growth(samples: list[dict], warmup: int, frames: int) -> dict:
@@ -155,17 +197,40 @@ def plot(samples: list[dict], rows: list[dict], warmup: int, path: Path) -> Path
     return save_png(fig, path)
 
 
+def reanalysed(args) -> tuple[dict, list[dict], list[dict]]:
+    """(soak.json, rows, samples) of a finished run, its rows fitted again with `args`."""
+    out = Path(args.reanalyse)
+    recorded = json.loads((out / "soak.json").read_text())
+    with (out / "soak_samples.csv").open(newline="") as fh:
+        samples = [{"mode": s["mode"], "seconds": float(s["seconds"]), "frames": int(s["frames"]),
+                    "rss_bytes": int(s["rss_bytes"])} for s in csv.DictReader(fh)]
+    rows = []
+    for row in recorded["rows"]:
+        if row["status"] == "ok":
+            kept = {k: row[k] for k in ("mode", "frames", "status", "seconds") if k in row}
+            row = {**kept, "warmup": args.warmup, **fitted([s for s in samples if s["mode"] == row["mode"]], args)}
+        rows.append(row)
+    recorded["args"] = {**recorded["args"], "warmup": args.warmup, "windows": args.windows}
+    return recorded, rows, samples
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows, samples = [], []
-    with tempfile.TemporaryDirectory(prefix="edgecap-soak-") as tmp:
-        bundle = make_bundle(args, Path(tmp))
-        for coverage in (True, False):
-            row, seen = soak(bundle, coverage, args, Path(tmp))
-            rows.append(row)
-            samples += seen
+    if args.reanalyse:
+        recorded, rows, samples = reanalysed(args)
+        host, allocator_env = recorded["host"], recorded.get("allocator_env", {})
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        rows, samples = [], []
+        with tempfile.TemporaryDirectory(prefix="edgecap-soak-") as tmp:
+            bundle = make_bundle(args, Path(tmp))
+            for coverage in (True, False):
+                row, seen = soak(bundle, coverage, args, Path(tmp))
+                rows.append(row)
+                samples += seen
+        host = host_info()
+        allocator_env = {k: os.environ[k] for k in ALLOCATOR_ENV if k in os.environ}
     print_table(rows, [("status", "status", ""), ("mode", "mode", ""), ("frames", "frames", "d"),
                        ("rss_after_warmup_mb", "RSS after warm-up MB", ".1f"), ("rss_end_mb", "RSS end MB", ".1f"),
                        ("bytes_per_frame", "B / frame", ".1f"), ("kb_per_10k_frames", "kB / 10k frames", ".1f"),
@@ -175,10 +240,15 @@ def main(argv=None) -> int:
         verdict = "meets" if with_coverage["mb_per_100k_frames"] < GOAL_MB_PER_100K else "misses"
         print(f"with coverage: {with_coverage['mb_per_100k_frames']:.2f} MB per 100k frames after warm-up; "
               f"{verdict} the goal of < {GOAL_MB_PER_100K:g} MB")
-    write_json(out / "soak.json", {"host": host_info(), "args": vars(args), "goal_mb_per_100k": GOAL_MB_PER_100K,
-                                   "allocator_env": {k: os.environ[k] for k in ALLOCATOR_ENV if k in os.environ},
-                                   "rows": rows})
-    write_csv(out / "soak_samples.csv", samples)
+    for row in rows:
+        for span in row.get("windows", []):
+            grew = span["mb_per_100k_frames"]
+            print(f"  {row['mode']}: frames {span['from_frame']:,}-{span['to_frame']:,}: "
+                  + ("too few samples" if grew is None else f"{grew:.2f} MB per 100k frames, RSS {span['rss_end_mb']} MB"))
+    write_json(out / "soak.json", {"host": host, "args": vars(args), "goal_mb_per_100k": GOAL_MB_PER_100K,
+                                   "allocator_env": allocator_env, "rows": rows})
+    if not args.reanalyse:
+        write_csv(out / "soak_samples.csv", samples)
     plot(samples, rows, args.warmup, out / "soak.png")
     print(f"wrote {out / 'soak.json'}, {out / 'soak.png'}")
     return 0 if all(r["status"] == "ok" for r in rows) else 1

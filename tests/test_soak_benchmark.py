@@ -37,3 +37,20 @@ def test_soak_benchmark_reports_growth_per_10k_frames_for_both_modes(tmp_path):
     samples = (out / "soak_samples.csv").read_text().splitlines()
     assert samples[0] == "mode,seconds,frames,rss_bytes" and len(samples) > 6
     assert (out / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for row in rows:  # growth per span of the run: what tells a filling cache from a leak
+        spans = row["windows"]
+        assert [(w["from_frame"], w["to_frame"]) for w in spans] == [(0, 48), (48, 96), (96, 144), (144, 192),
+                                                                      (192, 240)]
+
+    # the same samples fitted again with another warm-up, without running anything
+    again = subprocess.run([sys.executable, f"{REPO}/benchmarks/soak.py", "--reanalyse", str(out), "--warmup", "120",
+                            "--windows", "2"], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    refit = json.loads((out / "soak.json").read_text())
+    assert refit["args"]["warmup"] == 120 and refit["allocator_env"] == {"MALLOC_ARENA_MAX": "2"}
+    assert [[(w["from_frame"], w["to_frame"]) for w in r["windows"]] for r in refit["rows"]] == [[(0, 120), (120, 240)]] * 2
+    assert all(r["warmup"] == 120 and r["rss_end_mb"] > 10 for r in refit["rows"])
+    assert (out / "soak_samples.csv").read_text().splitlines() == samples  # the samples are kept as they were
+    missing = subprocess.run([sys.executable, f"{REPO}/benchmarks/soak.py", "--reanalyse", str(tmp_path / "none")],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and f"cannot read {tmp_path / 'none' / 'soak.json'}" in missing.stderr
