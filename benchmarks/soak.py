@@ -179,7 +179,7 @@ def plot(samples: list[dict], rows: list[dict], warmup: int, path: Path) -> Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (whole, after) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (whole, after, spans) = plt.subplots(1, 3, figsize=(16, 4))
     for row in rows:
         mine = [s for s in samples if s["mode"] == row["mode"]]
         whole.plot([s["frames"] for s in mine], [s["rss_bytes"] / 1e6 for s in mine], label=row["mode"])
@@ -191,7 +191,15 @@ def plot(samples: list[dict], rows: list[dict], warmup: int, path: Path) -> Path
     whole.axvline(warmup, color="grey", linestyle=":", label="end of warm-up")
     whole.set(xlabel="frames captioned", ylabel="resident memory (MB)", title="the whole run")
     after.set(xlabel="frames captioned", ylabel="growth since warm-up (MB)", title="after warm-up (the fitted part)")
-    for ax in (whole, after):
+    width = 0.8 / max(1, len(rows))
+    for i, row in enumerate(rows):
+        grew = [w["mb_per_100k_frames"] for w in row.get("windows", [])]
+        spans.bar([j + i * width for j in range(len(grew))], [g or 0.0 for g in grew], width, label=row["mode"])
+    labels = [f"{w['from_frame'] // 1000}k-{w['to_frame'] // 1000}k" for w in (rows[0].get("windows") or [])]
+    spans.set_xticks([j + width * (len(rows) - 1) / 2 for j in range(len(labels))], labels, rotation=45, fontsize=7)
+    spans.axhline(GOAL_MB_PER_100K, color="red", linestyle="--", label=f"goal: {GOAL_MB_PER_100K:g} MB / 100k")
+    spans.set(xlabel="span of the run (frames)", ylabel="growth (MB per 100k frames)", title="growth in each span")
+    for ax in (whole, after, spans):
         ax.legend(loc="best", fontsize=8)
     fig.suptitle("edgecap run: resident memory over a long run")
     return save_png(fig, path)
@@ -219,7 +227,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if args.reanalyse:
         recorded, rows, samples = reanalysed(args)
-        host, allocator_env = recorded["host"], recorded.get("allocator_env", {})
+        host, allocator_env, run_args = recorded["host"], recorded.get("allocator_env", {}), recorded["args"]
     else:
         out.mkdir(parents=True, exist_ok=True)
         rows, samples = [], []
@@ -231,6 +239,7 @@ def main(argv=None) -> int:
                 samples += seen
         host = host_info()
         allocator_env = {k: os.environ[k] for k in ALLOCATOR_ENV if k in os.environ}
+        run_args = vars(args)
     print_table(rows, [("status", "status", ""), ("mode", "mode", ""), ("frames", "frames", "d"),
                        ("rss_after_warmup_mb", "RSS after warm-up MB", ".1f"), ("rss_end_mb", "RSS end MB", ".1f"),
                        ("bytes_per_frame", "B / frame", ".1f"), ("kb_per_10k_frames", "kB / 10k frames", ".1f"),
@@ -245,7 +254,7 @@ def main(argv=None) -> int:
             grew = span["mb_per_100k_frames"]
             print(f"  {row['mode']}: frames {span['from_frame']:,}-{span['to_frame']:,}: "
                   + ("too few samples" if grew is None else f"{grew:.2f} MB per 100k frames, RSS {span['rss_end_mb']} MB"))
-    write_json(out / "soak.json", {"host": host, "args": vars(args), "goal_mb_per_100k": GOAL_MB_PER_100K,
+    write_json(out / "soak.json", {"host": host, "args": run_args, "goal_mb_per_100k": GOAL_MB_PER_100K,
                                    "allocator_env": allocator_env, "rows": rows})
     if not args.reanalyse:
         write_csv(out / "soak_samples.csv", samples)

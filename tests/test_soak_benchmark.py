@@ -47,7 +47,8 @@ def test_soak_benchmark_reports_growth_per_10k_frames_for_both_modes(tmp_path):
                             "--windows", "2"], capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-2000:]
     refit = json.loads((out / "soak.json").read_text())
-    assert refit["args"]["warmup"] == 120 and refit["allocator_env"] == {"MALLOC_ARENA_MAX": "2"}
+    assert refit["args"]["warmup"] == 120 and refit["args"]["interval"] == 0.05  # the run's own, but the warm-up
+    assert refit["allocator_env"] == {"MALLOC_ARENA_MAX": "2"}
     assert [[(w["from_frame"], w["to_frame"]) for w in r["windows"]] for r in refit["rows"]] == [[(0, 120), (120, 240)]] * 2
     assert all(r["warmup"] == 120 and r["rss_end_mb"] > 10 for r in refit["rows"])
     assert (out / "soak_samples.csv").read_text().splitlines() == samples  # the samples are kept as they were
