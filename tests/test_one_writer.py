@@ -43,24 +43,31 @@ def _lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
-@pytest.mark.parametrize("append", [False, True], ids=["replace", "append"])
-def test_a_second_run_on_the_same_jsonl_is_refused_naming_the_first(bundle, tmp_path, append):
-    log = tmp_path / "r.jsonl"
-    extra = ["--append"] if append else []
+def _second_writer_refused(bundle, first_outputs, second_outputs, log: Path) -> tuple[int, list[str]]:
+    """Start a run writing `first_outputs` (its records in `log`); once it is writing, run a second
+    one writing `second_outputs`, then stop the first with SIGTERM. The second must exit 1, the
+    first 0 (it stops in order on its first SIGTERM). -> (the first's pid, the second's stderr lines)"""
     first = _start_first(["run", bundle, "--source", "synth://tabletop?seed=1&size=32", "--pace", "every",
-                          "--jsonl", log, *extra, "--quiet"], lambda: len(_lines(log)) >= 3)
+                          *first_outputs, "--quiet"], lambda: len(_lines(log)) >= 3)
     try:
         second = subprocess.run(_edgecap("run", bundle, "--source", "synth://tabletop?seed=2&size=32",
-                                         "--frames", 5, "--jsonl", log, *extra, "--quiet"),
+                                         "--frames", 5, *second_outputs, "--quiet"),
                                 cwd=REPO, capture_output=True, text=True, timeout=120)
-        assert second.returncode == 1, second.stderr
-        err = second.stderr.strip().splitlines()
-        assert len(err) == 1, second.stderr
-        assert f"--jsonl {log} is being written by another process (pid {first.pid}: edgecap run " in err[0]
     finally:
         first.send_signal(signal.SIGTERM)
         _, first_err = first.communicate(timeout=60)
-    assert first.returncode == 0, first_err  # the first stops in order on its first SIGTERM
+    assert second.returncode == 1, second.stderr
+    assert first.returncode == 0, first_err
+    return first.pid, second.stderr.strip().splitlines()
+
+
+@pytest.mark.parametrize("append", [False, True], ids=["replace", "append"])
+def test_a_second_run_on_the_same_jsonl_is_refused_naming_the_first(bundle, tmp_path, append):
+    log = tmp_path / "r.jsonl"
+    outputs = ["--jsonl", log, *(["--append"] if append else [])]
+    pid, err = _second_writer_refused(bundle, outputs, outputs, log)
+    assert len(err) == 1, err
+    assert f"--jsonl {log} is being written by another process (pid {pid}: edgecap run " in err[0]
     lines = _lines(log)
     records = [json.loads(line) for line in lines]  # every line whole: no NUL bytes, no torn line
     assert "\0" not in log.read_text()
@@ -73,19 +80,8 @@ def test_a_second_run_on_the_same_mcap_is_refused_and_the_first_finishes_it(bund
     pytest.importorskip("mcap")
     out = tmp_path / "c.mcap"
     log = tmp_path / "first.jsonl"
-    first = _start_first(["run", bundle, "--source", "synth://tabletop?seed=1&size=32", "--pace", "every",
-                          "--out-mcap", out, "--jsonl", log, "--quiet"], lambda: len(_lines(log)) >= 3)
-    try:
-        second = subprocess.run(_edgecap("run", bundle, "--source", "synth://tabletop?seed=2&size=32",
-                                         "--frames", 5, "--out-mcap", out, "--quiet"),
-                                cwd=REPO, capture_output=True, text=True, timeout=120)
-        assert second.returncode == 1, second.stderr
-        err = second.stderr.strip().splitlines()
-        assert len(err) == 1 and f"is being written by another process (pid {first.pid}:" in err[0], err
-    finally:
-        first.send_signal(signal.SIGTERM)
-        first.communicate(timeout=60)
-    assert first.returncode == 0
+    pid, err = _second_writer_refused(bundle, ["--out-mcap", out, "--jsonl", log], ["--out-mcap", out], log)
+    assert len(err) == 1 and f"is being written by another process (pid {pid}:" in err[0], err
     from mcap.reader import make_reader
 
     with out.open("rb") as fh:
@@ -115,20 +111,9 @@ def test_a_second_run_saving_the_same_video_is_refused_and_the_first_finishes_it
 
     video = tmp_path / "clip.mp4"
     log = tmp_path / "first.jsonl"
-    first = _start_first(["run", bundle, "--source", "synth://tabletop?seed=1&size=32", "--pace", "every",
-                          "--save-video", video, "--jsonl", log, "--quiet"], lambda: len(_lines(log)) >= 3)
-    try:
-        second = subprocess.run(_edgecap("run", bundle, "--source", "synth://tabletop?seed=2&size=32",
-                                         "--frames", 5, "--save-video", video, "--quiet"),
-                                cwd=REPO, capture_output=True, text=True, timeout=120)
-        assert second.returncode == 1, second.stderr
-        err = second.stderr.strip().splitlines()
-        assert len(err) == 1, second.stderr
-        assert f"--save-video {video} is being written by another process (pid {first.pid}: edgecap run " in err[0]
-    finally:
-        first.send_signal(signal.SIGTERM)
-        first.communicate(timeout=60)
-    assert first.returncode == 0
+    pid, err = _second_writer_refused(bundle, ["--save-video", video, "--jsonl", log], ["--save-video", video], log)
+    assert len(err) == 1, err
+    assert f"--save-video {video} is being written by another process (pid {pid}: edgecap run " in err[0]
     captions = [r for r in map(json.loads, _lines(log)) if "caption" in r]
     capture = cv2.VideoCapture(str(video))
     try:
