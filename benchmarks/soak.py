@@ -57,10 +57,15 @@ def parse_args(argv=None):
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "soak"))
     p.add_argument("--quick", action="store_true", help="a few hundred frames (tests)")
     args = p.parse_args(argv)
+    args.recorded = None
     if args.reanalyse:
-        recorded = json.loads(_read(Path(args.reanalyse) / "soak.json", p))["args"]
-        args.frames = recorded["frames"]
-        args.warmup = recorded["warmup"] if args.warmup is None else args.warmup
+        args.recorded = _recorded_run(Path(args.reanalyse) / "soak.json", p)
+        if not (Path(args.reanalyse) / "soak_samples.csv").is_file():
+            p.error(f"--reanalyse: {Path(args.reanalyse) / 'soak_samples.csv'} is missing; "
+                    "expected the samples soak.py writes beside soak.json")
+        run = args.recorded["args"]
+        args.frames = run["frames"]
+        args.warmup = run["warmup"] if args.warmup is None else args.warmup
         args.out = args.reanalyse
     if args.warmup is None:
         args.warmup = 2000
@@ -71,11 +76,19 @@ def parse_args(argv=None):
     return args
 
 
-def _read(path: Path, parser) -> str:
+def _recorded_run(path: Path, parser) -> dict:
+    """The soak.json of a finished run, or a one-line error naming what is wrong with it."""
     try:
-        return path.read_text()
+        recorded = json.loads(path.read_text())
     except OSError as exc:
         parser.error(f"--reanalyse: cannot read {path} ({exc.strerror}); expected a soak.py --out directory")
+    except ValueError as exc:
+        parser.error(f"--reanalyse: {path} is not JSON ({exc}); expected what soak.py writes")
+    run = recorded.get("args") if isinstance(recorded, dict) else None
+    if not isinstance(run, dict) or not {"frames", "warmup"} <= set(run) or not isinstance(recorded.get("rows"), list):
+        parser.error(f"--reanalyse: {path} lacks 'args' (with 'frames' and 'warmup') or 'rows'; "
+                     "expected what soak.py writes")
+    return recorded
 
 
 def make_bundle(args, workdir: Path) -> Path:
@@ -207,9 +220,8 @@ def plot(samples: list[dict], rows: list[dict], warmup: int, path: Path) -> Path
 
 def reanalysed(args) -> tuple[dict, list[dict], list[dict]]:
     """(soak.json, rows, samples) of a finished run, its rows fitted again with `args`."""
-    out = Path(args.reanalyse)
-    recorded = json.loads((out / "soak.json").read_text())
-    with (out / "soak_samples.csv").open(newline="") as fh:
+    recorded = dict(args.recorded)
+    with (Path(args.reanalyse) / "soak_samples.csv").open(newline="") as fh:
         samples = [{"mode": s["mode"], "seconds": float(s["seconds"]), "frames": int(s["frames"]),
                     "rss_bytes": int(s["rss_bytes"])} for s in csv.DictReader(fh)]
     rows = []
@@ -239,7 +251,7 @@ def main(argv=None) -> int:
                 samples += seen
         host = host_info()
         allocator_env = {k: os.environ[k] for k in ALLOCATOR_ENV if k in os.environ}
-        run_args = vars(args)
+        run_args = {k: v for k, v in vars(args).items() if k != "recorded"}
     print_table(rows, [("status", "status", ""), ("mode", "mode", ""), ("frames", "frames", "d"),
                        ("rss_after_warmup_mb", "RSS after warm-up MB", ".1f"), ("rss_end_mb", "RSS end MB", ".1f"),
                        ("bytes_per_frame", "B / frame", ".1f"), ("kb_per_10k_frames", "kB / 10k frames", ".1f"),

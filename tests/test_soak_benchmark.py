@@ -55,3 +55,9 @@ def test_soak_benchmark_reports_growth_per_10k_frames_for_both_modes(tmp_path):
     missing = subprocess.run([sys.executable, f"{REPO}/benchmarks/soak.py", "--reanalyse", str(tmp_path / "none")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and f"cannot read {tmp_path / 'none' / 'soak.json'}" in missing.stderr
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "soak.json").write_text('{"a": 1}')
+    foreign = subprocess.run([sys.executable, f"{REPO}/benchmarks/soak.py", "--reanalyse", str(tmp_path / "notes")],
+                             capture_output=True, text=True, timeout=120)
+    assert foreign.returncode == 2 and "lacks 'args' (with 'frames' and 'warmup') or 'rows'" in foreign.stderr
+    assert sorted(p.name for p in (tmp_path / "notes").iterdir()) == ["soak.json"]  # nothing written beside it
