@@ -68,7 +68,7 @@ def run_rate(bundle: Path, video: Path, rate: float, args, workdir: Path) -> dic
         cmd += ["--max-fps", str(rate)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     row = {"target_fps": rate or None, "source_fps": args.source_fps, "beam": args.beam}
-    from edgecap.runtime.command import summary_path
+    from edgecap.runtime.records import summary_path
 
     path = summary_path(str(jsonl))
     if proc.returncode != 0 or not path.exists():

@@ -77,18 +77,18 @@ def test_edgecap_run_scores_coco_detections_against_their_categories(tmp_path):
     """`edgecap run --detections` of COCO results reads captions for COCO's 80 classes, or for the
     --categories file's; edgecap's own JSON Lines detections keep ACVR's 30."""
     from edgecap.data.coco_categories import load_categories
-    from edgecap.runtime.command import _coverage_vocabulary
     from edgecap.runtime.detections import Detections
+    from edgecap.runtime.execute import coverage_vocabulary
 
     results = tmp_path / "coco_instances_results.json"
     results.write_text(json.dumps([{"image_id": 1, "category_id": 88, "bbox": [0, 0, 5, 5], "score": 0.9}]))
-    vocabulary = _coverage_vocabulary(Detections(results))
+    vocabulary = coverage_vocabulary(Detections(results))
     assert set(vocabulary.classes) == set(COCO.classes) and "teddy bear" in vocabulary.phrases
     cats = tmp_path / "data.yaml"
     cats.write_text("names: [robot arm, mug]\n")
     results.write_text(json.dumps([{"image_id": 1, "category_id": 1, "bbox": [0, 0, 5, 5], "score": 0.9}]))
-    vocabulary = _coverage_vocabulary(Detections(results, categories=load_categories(cats)))
+    vocabulary = coverage_vocabulary(Detections(results, categories=load_categories(cats)))
     assert vocabulary.classes == ("robot arm", "mug") and vocabulary.phrases == ["robot arm"]
     lines = tmp_path / "det.jsonl"
     lines.write_text(json.dumps({"frame_id": 0, "objects": [{"class": "cup", "box": [0, 0, 5, 5]}]}) + "\n")
-    assert _coverage_vocabulary(Detections(lines)) is None  # the scorer's default: ACVR's 30
+    assert coverage_vocabulary(Detections(lines)) is None  # the scorer's default: ACVR's 30

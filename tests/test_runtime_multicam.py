@@ -253,3 +253,36 @@ def test_the_same_source_twice_is_refused():
     with pytest.raises(EdgecapError, match="--source synth://tabletop is given twice; each camera once"):
         execute(Captioner(FakeBundle()), RunSettings(source=["synth://tabletop", "synth://tabletop"]),
                 out=io.StringIO())
+
+
+def test_a_camera_whose_every_frame_is_undecodable_fails_the_run_as_it_would_alone(tmp_path, monkeypatch, capsys):
+    """One rule for one source or several: a source that ends without one frame captioned is
+    exit 1 naming it, after the other cameras finished and the summary was written."""
+    from types import SimpleNamespace
+
+    from edgecap.runtime import command
+
+    good = _folder(tmp_path / "front", [RED] * 3)
+    broken = tmp_path / "rear"
+    broken.mkdir()
+    for name in ("a.jpg", "b.png"):
+        (broken / name).write_text("not an image")
+
+    def fake_bundle(cls, *args, **kwargs):
+        captioner = Captioner(FakeBundle(batch_size=2))
+        captioner.bundle.manifest = SimpleNamespace(frontend=None)
+        return captioner
+
+    monkeypatch.setattr(Captioner, "from_bundle", classmethod(fake_bundle))
+    parser = __import__("argparse").ArgumentParser()
+    command.add_arguments(parser)
+    for sources in ([good, broken], [broken]):
+        jsonl = tmp_path / f"run{len(sources)}.jsonl"
+        args = parser.parse_args(["bundle", *(a for s in sources for a in ("--source", str(s))),
+                                  "--jsonl", str(jsonl), "--quiet"])
+        with pytest.raises(EdgecapError) as info:
+            command.run(args)
+        assert str(info.value) == f"--source {broken} ended without a frame captioned (2 frames could not be decoded)"
+        saved = json.loads((tmp_path / f"run{len(sources)}.summary.json").read_text())
+        assert saved["frames_captioned"] == 3 * (len(sources) - 1) and saved["frames_skipped"] == 2
+    capsys.readouterr()

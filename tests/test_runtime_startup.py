@@ -10,12 +10,8 @@ from test_runtime_loop import _FakeScorer
 
 from edgecap.runtime.camera import FrameGrabber
 from edgecap.runtime.captioner import Captioner
-from edgecap.runtime.command import (
-    RunSettings,
-    add_arguments,
-    coverage_in_background,
-    settings_from_args,
-)
+from edgecap.runtime.command import RunSettings, add_arguments, settings_from_args
+from edgecap.runtime.execute import coverage_in_background
 from edgecap.runtime.loop import LoopOptions, run_loop
 from edgecap.runtime.records import Summary
 from edgecap.runtime.scoring import CoverageAnnotator

@@ -29,9 +29,26 @@ import numpy as np
 
 from edgecap.errors import EdgecapError
 
-from .sources import BadFrame, EndOfStream, KnownObject, LogStamp, Source, StreamLost
+from .sources import (
+    ACVRSource,
+    BadFrame,
+    EndOfStream,
+    FolderSource,
+    KnownObject,
+    LogStamp,
+    Source,
+    StreamLost,
+)
 
 PACES = ("native", "every", "live")
+
+
+def default_pace(source: Source) -> str:
+    """Cameras run live; folders and ACVR caption every frame; videos, synth and robot logs
+    play at their own rate."""
+    if source.live:
+        return "live"
+    return "every" if isinstance(source, (ACVRSource, FolderSource)) else "native"
 
 
 @dataclass

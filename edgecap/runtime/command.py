@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-import threading
 from dataclasses import dataclass
 
 from edgecap.argtypes import BATCH, BEAM, COUNT, FRACTION, POSITIVE, THREADS
 from edgecap.data.acvr import AREAS
 from edgecap.data.coco_categories import CATEGORY_BASES
+from edgecap.errors import EdgecapError
 
 from .coco_results import DEFAULT_MIN_SCORE
+from .execute import execute, plan_run
 from .records import summary_path
-from .run_parts import coverage_in_background, default_pace
-from .run_parts import log as _log
 
 
 @dataclass
@@ -180,7 +178,7 @@ def read_config(path: str) -> dict:
     from dataclasses import fields
     from pathlib import Path
 
-    from edgecap.errors import EdgecapError, did_you_mean
+    from edgecap.errors import did_you_mean
     from edgecap.jsonio import read_toml
 
     path = Path(path)
@@ -226,11 +224,6 @@ def _config_source(config, written: str) -> str:
     return value
 
 
-def source_list(source: str | list[str]) -> list[str]:
-    """RunSettings.source as a list (one or several cameras)."""
-    return list(source) if isinstance(source, (list, tuple)) else [source]
-
-
 def _names_a_path(source: str) -> bool:
     """A source string that is a file or folder, not a camera index or a URL (synth://, rtsp://)."""
     text = source.strip()
@@ -243,8 +236,6 @@ def _check_config_relative(config, key: str, written: str, resolved: str) -> Non
     later on a path the user never typed (or, worse, taking the other file)."""
     from pathlib import Path
 
-    from edgecap.errors import EdgecapError
-
     here = Path(written).expanduser()
     if here.is_absolute() or Path(resolved).exists() or not here.exists():
         return
@@ -255,8 +246,6 @@ def _check_config_relative(config, key: str, written: str, resolved: str) -> Non
 def settings_from_args(args) -> RunSettings:
     """Defaults < --config file < flags given on the command line."""
     from dataclasses import fields
-
-    from edgecap.errors import EdgecapError
 
     merged = read_config(args.config) if args.config else {}
     for name in (f.name for f in fields(RunSettings) if f.name != "providers"):  # every flag's dest
@@ -292,219 +281,11 @@ def settings_from_args(args) -> RunSettings:
     return RunSettings(**merged)
 
 
-def _check(settings: RunSettings) -> None:
-
-    # the flags' own types, again for the values a --config file gave
-    for name, value, kind in (("--beam", settings.beam, BEAM), ("--batch", settings.batch, BATCH),
-                              ("--frames", settings.frames, COUNT), ("--threads", settings.threads, THREADS),
-                              ("--max-fps", settings.max_fps, POSITIVE), ("--latency-budget", settings.latency_budget, POSITIVE),
-                              ("--source-fps", settings.source_fps, POSITIVE),
-                              ("--min-score", settings.min_score, FRACTION)):
-        if value is not None:
-            kind.check(value, name)
-    # outputs are checked before the bundle loads, not found unwritable at the first caption
-    _check_outputs_are_not_inputs(settings)
-    if settings.jsonl:
-        from .records import check_jsonl_target
-
-        check_jsonl_target(settings.jsonl, settings.append)
-    if settings.save_video:
-        from .overlay import check_video_path
-
-        check_video_path(settings.save_video)
-
-
-def _check_outputs_are_not_inputs(settings: RunSettings) -> None:
-    """`--jsonl video.jsonl` where video.jsonl is the --detections file, `--save-video clip.mp4`
-    where clip.mp4 is the --source: one line, before anything is overwritten. (--out-mcap and
-    --rerun replace only files that carry edgecap's own metadata.)"""
-    import os
-
-    from edgecap.errors import EdgecapError
-
-    outputs = {"--jsonl": settings.jsonl, "--save-video": settings.save_video}
-    if settings.jsonl:
-        outputs["the --jsonl summary"] = summary_path(settings.jsonl)
-    inputs = [("--source", s) for s in source_list(settings.source)] + [("--detections", settings.detections)]
-    seen: list[tuple[str, str]] = [(flag, os.path.expanduser(p)) for flag, p in inputs
-                                   if p and os.path.isfile(os.path.expanduser(p))]
-    for flag, path in ((f, os.path.expanduser(p)) for f, p in outputs.items() if p):
-        for other, other_path in seen:
-            if os.path.abspath(path) == os.path.abspath(other_path) or (
-                    os.path.exists(path) and os.path.exists(other_path) and os.path.samefile(path, other_path)):
-                raise EdgecapError(f"{flag} {path} is also {other}; write each output to its own file")
-        seen.append((flag, path))
-
-
-def execute(captioner, settings: RunSettings, stop: threading.Event | None = None, out=None,
-            sinks=()):
-    """Run the loop with `settings`; returns (summary, error message or None). `sinks` get every
-    record too, after the console and the outputs `settings` ask for (run_sinks.SINKS)."""
-    import contextlib
-
-    from edgecap.errors import EdgecapError
-    from edgecap.io import interrupt_delivered, stop_on_signals, write_json_atomic
-
-    from .camera import FrameGrabber
-    from .loop import LoopOptions, run_loop
-    from .records import Summary
-    from .run_sinks import RunContext, open_sinks
-    from .scoring import CoverageAnnotator
-    from .sources import ACVRSource, FolderSource, SynthSource, make_source, masked
-
-    out = out or sys.stdout
-    stop = stop or threading.Event()
-    _check(settings)
-    if len(source_list(settings.source)) > 1:
-        from .multicam import execute_cameras
-
-        return execute_cameras(captioner, settings, source_list(settings.source), stop, out, sinks)
-    if settings.batch > captioner.batch_size:
-        raise EdgecapError(f"--batch {settings.batch} exceeds the bundle's static batch "
-                           f"{captioner.batch_size} (export with --batch {settings.batch})")
-    beam = captioner.check_beam(settings.beam) if settings.beam is not None else captioner.beam
-    detections = _detections(settings)
-    source = make_source(settings.source, fps=settings.source_fps, topic=settings.topic, area=settings.area)
-    if detections is not None and isinstance(source, FolderSource):
-        detections.check_folder(source.paths, source.name)
-    if settings.out_mcap:
-        _check_out_mcap(settings.out_mcap, source)
-    if settings.rerun:
-        from .rerun_sink import check_target
-
-        check_target(settings.rerun)
-    knows_objects = detections is not None or isinstance(source, (ACVRSource, SynthSource))
-    coverage = CoverageAnnotator(settings.coverage and knows_objects,
-                                 log=lambda m: print(m, file=out, flush=True),
-                                 vocabulary=_coverage_vocabulary(detections),
-                                 background=coverage_in_background(settings, [source]))
-    summary = Summary(masked(settings.source), coverage_area=settings.area)  # a URL's password masked
-    extra_sinks, sinks = list(sinks), []
-    if not settings.quiet:
-        sinks.append(lambda r: print(r.human(), file=out, flush=True))
-    annotate_objects = None
-    if detections is not None:
-        by_name = isinstance(source, FolderSource)  # COCO image_ids name folder images by stem
-
-        def annotate_objects(frame):
-            return detections.objects(frame.frame_id, frame.image.shape[1], frame.image.shape[0],
-                                      frame.image_id if by_name else None)
-
-    options = LoopOptions(batch=settings.batch, max_fps=settings.max_fps,
-                          frames=settings.frames, latency_budget_ms=settings.latency_budget)
-    run = RunContext(summary, stop, source)
-    with contextlib.ExitStack() as closing:
-        closing.callback(coverage.close)  # last out: a background scorer load finishes first
-        sinks += open_sinks(closing, settings, run, before_start=True)
-        # Start-up costs (onnxruntime sessions, spaCy) are paid before the source opens: a
-        # camera opened early would queue frames in its driver, and they would come out stale.
-        captioner.warm_up()
-        coverage.warm_up()
-        source.open()  # a source that cannot open raises SourceOpenError: one line, exit 1
-        try:
-            grabber = FrameGrabber(source, pace=settings.pace or default_pace(source), log=_log)
-        except BaseException:
-            source.close()
-            raise
-        summary.grabber = grabber.stats
-        closing.callback(grabber.close)  # joins the thread, then releases the device
-        if getattr(source, "note", None):
-            _log(source.note)
-        if detections is not None and detections.note:
-            _log(f"--detections {settings.detections}: {detections.note}")
-        sinks += open_sinks(closing, settings, run, before_start=False) + extra_sinks
-        with stop_on_signals(stop):
-            grabber.start()
-            try:
-                run_loop(captioner, grabber, summary, sinks, options, stop,
-                         annotate_objects=annotate_objects, coverage=coverage, beam=beam)
-            except KeyboardInterrupt:  # a second signal: stop now, still summarise
-                interrupt_delivered()
-                summary.stopped_by = "signal"
-        if detections is not None:  # before the --append run_end line is written
-            summary.detections = detections.report()
-        summary.coverage_unscored = coverage.unscored
-    print(summary.human(), file=out, flush=True)
-    if detections is not None:
-        _report_unmatched(detections, settings.detections)
-    if settings.jsonl:
-        write_json_atomic(summary_path(settings.jsonl), summary.to_json())
-    return summary, (str(grabber.error) if grabber.error is not None else None)
-
-
-def _detections(settings: RunSettings):
-    from edgecap.errors import EdgecapError
-
-    from .detections import Detections
-
-    coco_flags = (("--categories", settings.categories), ("--category-base", settings.category_base),
-                  ("--min-score", settings.min_score))
-    if not settings.detections:
-        for flag, value in coco_flags:
-            if value is not None:
-                raise EdgecapError(f"{flag} applies to a --detections file; none was given")
-        return None
-    min_score = DEFAULT_MIN_SCORE if settings.min_score is None else settings.min_score
-    categories = None
-    if settings.categories:
-        from edgecap.data.coco_categories import load_categories
-
-        categories = load_categories(settings.categories)
-    detections = Detections(settings.detections, settings.area, min_score=min_score, categories=categories,
-                            category_base=settings.category_base or "auto")
-    given = [flag for flag, value in coco_flags if value is not None]
-    if given and not detections.coco:
-        raise EdgecapError(f"{given[0]} applies to COCO detection results; --detections {settings.detections} "
-                           "is edgecap's JSON Lines, whose objects carry their class names")
-    return detections
-
-
-def _coverage_vocabulary(detections):
-    """The class set coverage reads captions against: a COCO results file's categories (COCO's
-    80 or --categories FILE), else ACVR's 30 (ACVR, the synthetic world, edgecap's JSONL)."""
-    if detections is None or detections.categories is None:
-        return None
-    from edgecap.metrics.vocabulary import vocabulary_of
-
-    categories = detections.categories
-    return vocabulary_of(categories.names.values(), categories.origin)
-
-
-def _report_unmatched(detections, path: str) -> None:
-    """Detections of images the run never captioned: a misnamed folder or a results file for
-    another split shows up here (and in summary.json) instead of as silently missing coverage."""
-    from .detections import few_ids
-
-    unmatched = detections.unmatched()
-    if unmatched:
-        _log(f"--detections {path}: {len(unmatched)} of {len(detections)} {detections.id_name} matched no "
-             f"captioned frame ({few_ids(unmatched, 5)})")
-
-
-def _check_out_mcap(path: str, source) -> None:
-    """Fail before any slow start-up: an unwritable target, a file edgecap did not write, or
-    the input log itself."""
-    from pathlib import Path
-
-    from edgecap.errors import EdgecapError
-    from edgecap.ros.mcap_out import check_target
-
-    target = Path(path).expanduser().resolve()
-    log_path = getattr(source, "path", None)
-    if log_path is not None and (target == Path(log_path).resolve()
-                                 or Path(log_path).resolve() in target.parents):
-        raise EdgecapError(f"--out-mcap {path} is the input log; write the captions to their "
-                           "own file")
-    check_target(path)
-
-
 def run(args) -> int:
-    from edgecap.errors import EdgecapError
-
     from .captioner import Captioner
 
     settings = settings_from_args(args)
-    _check(settings)
+    plan = plan_run(settings)  # every check that needs no bundle, before the slow load
     captioner = Captioner.from_bundle(settings.bundle, providers=settings.providers,
                                       threads=settings.threads, spin=settings.spin)
     frontend = captioner.bundle.manifest.frontend or {}
@@ -513,13 +294,10 @@ def run(args) -> int:
 
         warn(random_front_end(frontend.get("backbone", "bundle's"), "its captions say nothing about the scene; "
                               "export the bundle with --visual-weights FILE"))
-    summary, error = execute(captioner, settings)
+    summary, error = execute(captioner, settings, plan=plan)
     if error:
         raise EdgecapError(error)
-    if summary.captioned == 0 and summary.stopped_by == "end of source":
-        skipped = summary.to_json()["frames_skipped"]
-        raise EdgecapError(f"--source {summary.source} ended without a frame captioned "
-                           f"({skipped} frame{'s' * (skipped != 1)} could not be decoded)")
+    _refuse_sources_that_gave_nothing(summary)
     if settings.jsonl:
         added = "appended" if settings.append else "lines"
         print(f"records: {settings.jsonl} ({summary.captioned} {added}); summary: "
@@ -531,6 +309,21 @@ def run(args) -> int:
     if settings.rerun:
         print(f"rerun recording: {settings.rerun}")
     return 0
+
+
+def _refuse_sources_that_gave_nothing(summary) -> None:
+    """One rule for one source or several: a source that reached its end without a single frame
+    captioned (every frame undecodable, an empty folder) fails the run, exit 1, naming it; the
+    others' records and the summary are written first."""
+    empty = [s for s in summary.cameras or [summary] if s.captioned == 0 and s.stopped_by == "end of source"]
+    if not empty:
+        return
+    problems = []
+    for source in empty:
+        skipped = source.to_json()["frames_skipped"]
+        problems.append(f"--source {source.source} ended without a frame captioned "
+                        f"({skipped} frame{'s' * (skipped != 1)} could not be decoded)")
+    raise EdgecapError("; ".join(problems))
 
 
 __all__ = ["RunSettings", "add_arguments", "execute", "read_config", "run", "settings_from_args"]

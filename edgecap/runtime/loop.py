@@ -1,21 +1,27 @@
-"""The captioning loop: newest frames in, caption records out.
+"""The captioning loop: the newest frames of one or several sources in, caption records out.
 
-    take up to `batch` fresh frames from the FrameGrabber (waiting for each to be newest)
-    caption them (Captioner), stamp capture-to-caption latency
-    attach known objects (source ground truth or --detections) and score coverage
-    hand each Record to the sinks (console, JSONL, video, window)
+Every way of captioning feeds this one loop: `edgecap run` with one source or several
+(runtime/command.py), and the ROS 2 node's image topics (edgecap/ros2/node.py). A source is
+anything with a FrameGrabber's consumer side (`get`, `finished`, `error`, `last_publish`,
+`stats`): the capture thread over a camera, file, folder, log or the synthetic world
+(camera.py), or the node's newest-frame slot that its subscription fills (ros2/frames.py).
+
+    each round takes the newest untaken frame of every source that has one (one source:
+        up to --batch consecutive fresh frames, waiting for each)
+    captions them as one batch (the Captioner pads the static batch; padding is never reported)
+    stamps capture-to-caption latency, attaches known objects (the source's ground truth or
+        `annotate_objects`: --detections, a detections topic) and scores coverage
+    hands each Record to the sinks (console, JSONL, video, window, caption log, ROS publishers)
 
 `max_fps` spaces the takes; frames that arrive meanwhile are overwritten (dropped), so the
-caption is always of a fresh frame.
+caption is always of a fresh frame. A round starts as soon as any source has a fresh frame, so
+one that stalls or fails never holds the others back; a finished or failed source leaves the
+round and is reported in its own summary. A `BeamGovernor` lowers the beam when
+capture-to-caption latency runs over a budget and raises it again when there is room.
 
-Several cameras (`run_cameras`): each round takes the newest untaken frame of every camera that
-has one and captions them together (the Captioner pads the static batch; padding rows are never
-reported). A round starts as soon as any camera has a fresh frame, so a camera that stalls or
-fails never holds the others back; a finished or failed camera leaves the round and is reported
-in its own summary. A `BeamGovernor` lowers the beam when capture-to-caption
-latency runs over a budget and raises it again when there is room. `stop` (a threading.Event,
-set by SIGINT / SIGTERM in the CLI) ends the loop between batches; the summary is always
-returned.
+The options are read at every round, so a caller may change them while the loop runs (the
+ROS node's `max_rate`, `beam` and enable switch). `stop` (a threading.Event, set by SIGINT /
+SIGTERM) ends the loop between batches; the summary is always returned.
 """
 
 from __future__ import annotations
@@ -29,13 +35,17 @@ from .camera import Frame, FrameGrabber
 from .captioner import Captioner
 from .records import Record, Summary
 
+PAUSE_SLICE_S = 0.05     # how long a paused or rate-limited loop waits before looking again
+
 
 @dataclass
 class LoopOptions:
-    batch: int = 1
-    max_fps: float | None = None
+    batch: int = 1                          # one source: consecutive fresh frames per batch
+    max_fps: float | None = None            # most batches per second
     frames: int | None = None               # stop after this many captions
     latency_budget_ms: float | None = None
+    beam: int | None = None                 # None: the captioner's own
+    paused: bool = False                    # take nothing (frames meanwhile are dropped)
 
 
 class BeamGovernor:
@@ -54,6 +64,14 @@ class BeamGovernor:
         self.relax = relax
         self._recent: list[float] = []
         self.changes = 0
+
+    def request(self, beam: int) -> int:
+        """The beam asked for now (a live parameter change): the ceiling, and the beam itself
+        when no budget governs it."""
+        if beam != self.max_beam:
+            self.max_beam = beam
+            self.beam = beam if self.budget is None else min(self.beam, beam)
+        return self.beam
 
     def update(self, latency_ms: float) -> int:
         if self.budget is None:
@@ -74,22 +92,11 @@ class BeamGovernor:
         return self.beam
 
 
-def _take_batch(grabber: FrameGrabber, n: int, stop: threading.Event) -> list[Frame]:
-    frames: list[Frame] = []
-    while len(frames) < n and not stop.is_set():
-        frame = grabber.get(timeout=0.05)
-        if frame is not None:
-            frames.append(frame)
-        elif grabber.finished:
-            break
-    return frames
-
-
 @dataclass
 class Camera:
-    """One source of a multi-camera run: its grabber and its own summary."""
+    """One source of a run: its grabber and its own summary (the run's, when it is the only one)."""
 
-    name: int                         # its position in --source: its records' "camera" field
+    name: int | None                  # its position in --source (records' "camera"); None: the only one
     grabber: FrameGrabber
     summary: Summary
     stalled_since: float | None = None
@@ -100,75 +107,24 @@ class Camera:
         return f"{self.name} ({self.summary.source})"
 
 
-def _deliver(frames: list[Frame], captions, summaries, cameras: list[int | None], sinks,
-             t_done: float, annotate_objects, coverage, governor: BeamGovernor) -> None:
-    """Records of one captioned batch: objects, coverage, summaries, sinks, the beam governor."""
-    for frame, caption, counted, camera in zip(frames, captions, summaries, cameras, strict=True):
-        if annotate_objects is not None:  # --detections replaces the source's own objects
-            frame.objects = annotate_objects(frame)
-        record = Record(frame, caption, counted[-1].source, t_done, camera=camera)  # the camera's own
-        scored = coverage.score(caption.text, frame.objects) if coverage is not None else None
-        if scored is not None:
-            record.coverage, record.matches = scored
-        for summary in counted:
-            summary.add(record)
-        for sink in sinks:
-            sink(record)
-        governor.update(record.capture_to_caption_ms)
-
-
-def _stop_reason(stop: threading.Event, options: LoopOptions, summary: Summary, period: float,
-                 next_take: float) -> str | None:
-    """Why the loop stops before its next take (None: it goes on); with --max-fps it first
-    waits for the take's time, a signal cutting the wait short."""
-    if stop.is_set():
-        return "signal"
-    if options.frames is not None and summary.captioned >= options.frames:
-        return f"--frames {options.frames}"
-    if period and stop.wait(max(0.0, next_take - time.monotonic())):
-        return "signal"
-    return None
-
-
-def run_loop(captioner: Captioner, grabber: FrameGrabber, summary: Summary,
-             sinks: list[Callable[[Record], None]], options: LoopOptions,
-             stop: threading.Event, annotate_objects=None, coverage=None,
-             beam: int | None = None) -> Summary:
-    """Caption until the source ends, `options.frames` captions are done, or `stop` is set.
-
-    annotate_objects(frame) -> objects | None replaces the frame's objects (--detections);
-    coverage.score(caption, objects) -> (coverage, matches) | None.
-    """
-    governor = BeamGovernor(beam or captioner.beam, options.latency_budget_ms)
-    period = 1.0 / options.max_fps if options.max_fps else 0.0
-    next_take = time.monotonic()
-    reason = None
-    while reason is None:
-        reason = _stop_reason(stop, options, summary, period, next_take)
-        if reason is not None:
+def _take_batch(grabber: FrameGrabber, n: int, stop: threading.Event) -> list[Frame]:
+    frames: list[Frame] = []
+    while len(frames) < n and not stop.is_set():
+        frame = grabber.get(timeout=PAUSE_SLICE_S)
+        if frame is not None:
+            frames.append(frame)
+        elif grabber.finished:
             break
-        want = options.batch
-        if options.frames is not None:
-            want = min(want, options.frames - summary.captioned)
-        frames = _take_batch(grabber, want, stop)
-        if not frames:
-            if stop.is_set():
-                reason = "signal"
-            else:
-                reason = "source error" if grabber.error else "end of source"
-            break
-        next_take = frames[0].t_taken + period
-        captions = captioner.caption([f.image for f in frames], beam=governor.beam)
-        _deliver(frames, captions, [(summary,)] * len(frames), [None] * len(frames), sinks,
-                 time.monotonic(), annotate_objects, coverage, governor)
-    summary.stopped_by = reason
-    summary.beam_changes = governor.changes
-    return summary
+    return frames
 
 
-def _take_round(cameras: list[Camera], want: int, start: int) -> list[tuple[Camera, Frame]]:
-    """The newest untaken frame of each camera that has one, at most `want`, polling from
-    camera `start` on so that a --frames limit does not always favour the first camera."""
+def _take_round(cameras: list[Camera], want: int, start: int, stop: threading.Event
+                ) -> list[tuple[Camera, Frame]]:
+    """One source: its next `want` fresh frames, waiting for each. Several: the newest untaken
+    frame of each that has one, at most `want`, polling from camera `start` on so that a
+    --frames limit does not always favour the first camera."""
+    if len(cameras) == 1:
+        return [(cameras[0], frame) for frame in _take_batch(cameras[0].grabber, want, stop)]
     taken = []
     for k in range(len(cameras)):
         if len(taken) >= want:
@@ -180,7 +136,7 @@ def _take_round(cameras: list[Camera], want: int, start: int) -> list[tuple[Came
     return taken
 
 
-def _check_cameras(cameras: list[Camera], now: float, stall_s: float, log) -> list[Camera]:
+def _check_cameras(cameras: list[Camera], now: float, stall_s: float | None, log) -> list[Camera]:
     """The cameras still running; a camera that ended or failed is logged once and its summary
     says why; one that has published nothing for `stall_s` is logged once per stall."""
     running = []
@@ -189,71 +145,112 @@ def _check_cameras(cameras: list[Camera], now: float, stall_s: float, log) -> li
         if grabber.finished:
             if not camera.reported:
                 camera.reported = True
-                if grabber.error is not None:
-                    camera.summary.stopped_by = "source error"
-                    log(f"camera {camera.label} failed: {grabber.error}; the others go on")
-                else:
-                    camera.summary.stopped_by = "end of source"
-                    log(f"camera {camera.label} ended")
+                camera.summary.stopped_by = "source error" if grabber.error is not None else "end of source"
+                log(f"camera {camera.label} failed: {grabber.error}; the others go on"
+                    if grabber.error is not None else f"camera {camera.label} ended")
             continue
         running.append(camera)
         last = grabber.last_publish
-        if last is not None and now - last > stall_s:
+        if stall_s is None or last is None:
+            continue
+        if now - last > stall_s:
             if camera.stalled_since is None:
                 camera.stalled_since = last
                 camera.summary.stalls += 1
                 log(f"camera {camera.label}: no frame for {now - last:.1f} s; the others go on")
-        elif camera.stalled_since is not None and last is not None and last > camera.stalled_since:
+        elif camera.stalled_since is not None and last > camera.stalled_since:
             camera.stalled_since = None
             log(f"camera {camera.label}: frames again")
     return running
 
 
+def _deliver(taken: list[tuple[Camera, Frame]], captions, summary: Summary, sinks, t_done: float,
+             annotate_objects, coverage, governor: BeamGovernor) -> None:
+    """Records of one captioned batch: objects, coverage, summaries, sinks, the beam governor."""
+    for (camera, frame), caption in zip(taken, captions, strict=True):
+        if annotate_objects is not None:  # --detections replaces the source's own objects
+            frame.objects = annotate_objects(frame)
+        record = Record(frame, caption, camera.summary.source, t_done, camera=camera.name)
+        scored = coverage.score(caption.text, frame.objects) if coverage is not None else None
+        if scored is not None:
+            record.coverage, record.matches = scored
+        for counted in {id(s): s for s in (summary, camera.summary)}.values():
+            counted.add(record)
+        for sink in sinks:
+            sink(record)
+        governor.update(record.capture_to_caption_ms)
+
+
+def _stop_reason(stop: threading.Event, options: LoopOptions, summary: Summary, last_take: float
+                 ) -> str | None:
+    """Why the loop stops before its next take (None: it goes on). With a rate limit or while
+    paused it first waits, in short slices (the options may change meanwhile), a signal
+    cutting the wait short."""
+    while True:
+        if stop.is_set():
+            return "signal"
+        if options.frames is not None and summary.captioned >= options.frames:
+            return f"--frames {options.frames}"
+        wait = PAUSE_SLICE_S if options.paused else \
+            last_take + (1.0 / options.max_fps if options.max_fps else 0.0) - time.monotonic()
+        if wait <= 0:
+            return None
+        stop.wait(min(wait, PAUSE_SLICE_S))
+
+
 def run_cameras(captioner: Captioner, cameras: list[Camera], summary: Summary,
                 sinks: list[Callable[[Record], None]], options: LoopOptions, stop: threading.Event,
-                fresh: threading.Event, annotate_objects=None, coverage=None, beam: int | None = None,
-                stall_s: float = 2.0, log=None) -> Summary:
-    """Caption several cameras, one frame of each per round, until every camera has ended,
-    `options.frames` captions are done (all cameras together), or `stop` is set.
+                fresh: threading.Event | None = None, annotate_objects=None, coverage=None,
+                stall_s: float | None = 2.0, log=None) -> Summary:
+    """Caption the cameras until every one has ended, `options.frames` captions are done (all
+    cameras together), or `stop` is set.
 
     `fresh` is set by the grabbers whenever one publishes a frame (their `on_publish`), so an
-    idle loop wakes for the first new frame of any camera. `summary` counts every record; each
-    camera's own summary counts its records, drops, stalls and why it stopped.
+    idle loop over several cameras wakes for the first new frame of any (one camera: the loop
+    waits on its grabber). `summary` counts every record; each camera's own summary counts its
+    records, drops, stalls and why it stopped. annotate_objects(frame) -> objects | None
+    replaces the frame's objects; coverage.score(caption, objects) -> (coverage, matches) | None.
     """
     log = log or (lambda msg: None)
-    governor = BeamGovernor(beam or captioner.beam, options.latency_budget_ms)
-    period = 1.0 / options.max_fps if options.max_fps else 0.0
-    next_take = time.monotonic()
-    reason, rounds = None, 0
+    governor = BeamGovernor(options.beam or captioner.beam, options.latency_budget_ms)
+    last_take, reason, rounds = float("-inf"), None, 0
     running = list(cameras)
     while reason is None:
-        reason = _stop_reason(stop, options, summary, period, next_take)
+        reason = _stop_reason(stop, options, summary, last_take)
         if reason is not None:
             break
-        want = len(running)
+        want = options.batch if len(running) == 1 else len(running)
         if options.frames is not None:
             want = min(want, options.frames - summary.captioned)
-        fresh.clear()  # before polling: a frame published after this wakes the wait below
-        taken = _take_round(running, want, rounds)
+        if fresh is not None:
+            fresh.clear()  # before polling: a frame published after this wakes the wait below
+        taken = _take_round(running, want, rounds, stop)
         running = _check_cameras(running, time.monotonic(), stall_s, log)
         if not taken:
             if not running:
                 reason = "end of source"
-            else:
-                fresh.wait(0.05)
+            elif fresh is not None and len(running) > 1:
+                fresh.wait(PAUSE_SLICE_S)
             continue
         rounds += 1
-        frames = [frame for _, frame in taken]
-        next_take = min(f.t_taken for f in frames) + period
-        captions = captioner.caption([f.image for f in frames], beam=governor.beam)
-        _deliver(frames, captions, [(summary, camera.summary) for camera, _ in taken],
-                 [camera.name for camera, _ in taken], sinks, time.monotonic(), annotate_objects,
-                 coverage, governor)
+        last_take = min(frame.t_taken for _, frame in taken)
+        captions = captioner.caption([frame.image for _, frame in taken],
+                                     beam=governor.request(options.beam or captioner.beam))
+        _deliver(taken, captions, summary, sinks, time.monotonic(), annotate_objects, coverage, governor)
     for camera in running:
         camera.summary.stopped_by = reason
     if reason == "end of source" and all(c.grabber.error is not None for c in cameras):
         reason = "source error"
     summary.stopped_by = reason
     summary.beam_changes = governor.changes
-    summary.rounds = rounds
+    if len(cameras) > 1:
+        summary.rounds = rounds
     return summary
+
+
+def run_loop(captioner: Captioner, grabber: FrameGrabber, summary: Summary,
+             sinks: list[Callable[[Record], None]], options: LoopOptions,
+             stop: threading.Event, annotate_objects=None, coverage=None) -> Summary:
+    """The loop over one source (`run_cameras` with one camera, whose summary is the run's)."""
+    return run_cameras(captioner, [Camera(None, grabber, summary)], summary, sinks, options, stop,
+                       annotate_objects=annotate_objects, coverage=coverage, stall_s=None)

@@ -1,7 +1,6 @@
 """The record sinks `edgecap run` can write to, as one table (`SINKS`): each row names the
 RunSettings field that asks for the sink and the factory that opens it, so adding an output
-is one row. The one-source run (`command.execute`) and the several-camera run
-(`multicam.execute_cameras`) both open their sinks through `open_sinks`."""
+is one row. `execute.execute` opens them through `open_sinks`, for one source or several."""
 
 from __future__ import annotations
 
