@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
-"""The ROS 2 captioning node, started from a checkout: the node itself ships with the package as
-`edgecap ros2 BUNDLE` and `python -m edgecap.ros2` (edgecap/ros2/node.py); this launcher passes
-its arguments through, for robots whose scripts start this file.
+"""A thin alias of `edgecap ros2` for robots whose scripts start a file from a checkout (the node
+ships with the package: `edgecap ros2 BUNDLE`, `python -m edgecap.ros2`); same arguments.
 
-    python3 robot/ros2_caption_node.py --ros-args -p bundle:=/opt/edgecap/bundle -p max_rate:=5
+    python3 robot/ros2_caption_node.py /opt/edgecap/bundle --ros-args -p max_rate:=5
 """
 
 import sys
@@ -11,6 +10,6 @@ from pathlib import Path
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout without pip install
-    from edgecap.ros2.node import main
+    from edgecap.ros2.command import main
 
     sys.exit(main())

@@ -21,7 +21,7 @@ from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from edgecap.ros.images import bgr_to_compressed, bgr_to_image, time_msg
-from edgecap.ros2.node import filled
+from edgecap.ros2.messages import filled
 
 BASE_STAMP_NS = 1_700_000_000_000_000_000
 

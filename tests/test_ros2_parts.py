@@ -1,5 +1,6 @@
 """The ROS 2 node's parts that need no ROS graph: its parameter table, detections matched by
-stamp (JSON and vision_msgs' layout), its frame queue and its rate-limited warnings."""
+stamp (JSON and vision_msgs' layout) and never blocking, its newest-frame slot, its
+diagnostics levels and its rate-limited warnings."""
 
 import json
 import threading
@@ -9,7 +10,7 @@ import pytest
 
 from edgecap.errors import EdgecapError
 from edgecap.ros2.detections import StampedObjects, json_objects, vision_objects
-from edgecap.ros2.frames import FrameQueue, take_batch
+from edgecap.ros2.frames import ImageSlot
 from edgecap.ros2.params import BY_NAME, PARAMS, ParameterError, check_all
 from edgecap.ros2.stats import CountedWarning, SequenceGaps
 
@@ -24,14 +25,18 @@ def test_parameters_take_ints_and_floats_alike(name, value, expected):
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
-    ("max_rate", 0, "parameter max_rate: 0 is not a number > 0"),
-    ("max_rate", "fast", "parameter max_rate: 'fast' is not a number > 0"),
-    ("max_rate", float("nan"), "parameter max_rate: nan is not a number > 0"),
-    ("beam", 2.5, "parameter beam: 2.5 is not an integer >= 0"),
-    ("beam", True, "parameter beam: True is not an integer >= 0"),
+    ("max_rate", 0, "parameter max_rate: 0 is not a finite number > 0"),
+    ("max_rate", "fast", "parameter max_rate: 'fast' is not a finite number > 0"),
+    ("max_rate", float("nan"), "parameter max_rate: nan is not a finite number > 0"),
+    ("beam", 2.5, "parameter beam: 2.5 is not an integer in 0..100"),
+    ("beam", True, "parameter beam: True is not an integer in 0..100"),
     ("qos", "fast", "parameter qos: 'fast' is not one of sensor_data, reliable"),
     ("compressed", 1, "parameter compressed: 1 is not true or false"),
-    ("qos_depth", 0, "parameter qos_depth: 0 is not an integer >= 1"),
+    ("qos_depth", 0, "parameter qos_depth: 0 is not an integer in 1..1000"),
+    # issue 41: values that used to end in a pybind11 / rclpy TypeError deep in the start-up
+    ("threads", 99999999999, "parameter threads: 99999999999 is not an integer in 0..1024"),
+    ("qos_depth", 100000000000, "parameter qos_depth: 100000000000 is not an integer in 1..1000"),
+    ("output_durability", "forever", "parameter output_durability: 'forever' is not one of volatile, transient_local"),
 ])
 def test_bad_parameter_values_are_refused_in_one_line(name, value, message):
     with pytest.raises(ParameterError) as info:
@@ -46,8 +51,38 @@ def test_the_shipped_parameters_file_holds_every_parameter_with_a_valid_value():
     params = yaml.safe_load((SHARE / "edgecap-ros2.yaml").read_text())["/**"]["ros__parameters"]
     assert set(params) == {p.name for p in PARAMS}
     checked = check_all(params)
-    assert {k: v for k, v in checked.items() if k != "bundle"} == {
+    assert {p.name: getattr(checked, p.name) for p in PARAMS if p.name != "bundle"} == {
         p.name: p.default for p in PARAMS if p.name != "bundle"}
+
+
+def test_parameters_mirroring_a_cli_option_admit_what_the_option_admits():
+    """One table of bounds: the node's threads and max_rate are `edgecap run --threads` and
+    `--max-fps`; every bounded parameter's ROS descriptor carries its range (rqt_reconfigure)."""
+    from edgecap.argtypes import POSITIVE, THREADS
+
+    assert BY_NAME["threads"].bounds is THREADS and BY_NAME["max_rate"].bounds is POSITIVE
+    assert BY_NAME["threads"].descriptor_range() == ("integer_range", 0, 1024)
+    assert BY_NAME["qos_depth"].descriptor_range() == ("integer_range", 1, 1000)
+    assert BY_NAME["max_loss"].descriptor_range() == ("floating_point_range", 0.0, 1.0)
+    for p in PARAMS:
+        assert (p.descriptor_range() is None) == (p.bounds is None), p.name
+        if p.bounds is not None:
+            _, low, high = p.descriptor_range()
+            assert p.check(high) == high and low <= p.default <= high
+
+
+def test_a_parameter_change_replaces_the_settings_whole_or_not_at_all():
+    from dataclasses import FrozenInstanceError
+
+    from edgecap.ros2.params import changed
+
+    params = check_all({"bundle": "b"})
+    with pytest.raises(FrozenInstanceError):
+        params.max_rate = 1.0
+    new = changed(params, {"max_rate": 2, "beam": 3})
+    assert (new.max_rate, new.beam, params.max_rate, params.beam) == (2.0, 3, 5.0, 0)
+    with pytest.raises(ParameterError, match="parameter beam"):
+        changed(params, {"max_rate": 2, "beam": -1})
 
 
 def test_json_detections_read_like_a_detections_file_line():
@@ -93,29 +128,45 @@ def test_detections_match_the_nearest_stamp_within_the_tolerance_and_wait_for_la
     assert sets.report() == {"received": 6, "matched_frames": 2, "unmatched_frames": 2}
 
 
-def test_the_frame_queue_keeps_the_newest_depth_frames_and_counts_drops():
-    queue = FrameQueue(depth=2)
+class _Relay:
+    """Messages that are their own frames ("bad": undecodable, "depth": refused)."""
+
+    def frame(self, msg, received, received_ns):
+        from edgecap.ros2.relay import ImageDecodeError, Refused
+
+        if msg == "bad":
+            raise ImageDecodeError("does not decode")
+        if msg == "depth":
+            raise Refused("image encoding '16UC1' is not a colour image")
+        return NS(image=msg, t_taken=None)
+
+
+def test_the_image_slot_keeps_the_newest_frame_and_counts_drops_skips_and_refusals():
+    logged = []
+    slot = ImageSlot(_Relay(), depth=1, log=logged.append)
     for i in range(5):
-        queue.put(i)
-    assert [queue.take(0.1), queue.take(0.1), queue.take(0.01)] == [3, 4, None]
-    assert (queue.stats.captured, queue.stats.dropped, queue.stats.taken) == (5, 3, 2)
-    newest = FrameQueue()
-    newest.put("old")
-    newest.put("new")
-    assert newest.take(0.1) == "new" and newest.stats.dropped == 1
+        slot.put(f"f{i}", float(i), i)
+    assert slot.get(0.1).image == "f4" and slot.get(0.01) is None
+    assert (slot.stats.captured, slot.stats.dropped, slot.stats.taken) == (5, 4, 1)
+    slot.put("bad", 5.0, 5)
+    slot.put("x", 5.1, 6)        # the undecodable one was overwritten, never decoded
+    assert slot.get(0.1).image == "x" and slot.stats.skipped == 0
+    for msg in ("bad", "depth"):
+        slot.put(msg, 6.0, 7)
+        assert slot.get(0.1) is None
+    assert (slot.stats.skipped, slot.refused) == (1, 1) and len(logged) == 2
+    assert slot.last_publish == 6.0 and not slot.finished
+    slot.close()
+    assert slot.finished and slot.get(1.0) is None
 
 
-def test_queues_sharing_a_condition_give_one_frame_of_each_camera_as_a_batch():
-    cond = threading.Condition()
-    front, rear, side = FrameQueue(2, cond), FrameQueue(2, cond), FrameQueue(2, cond)
-    front.put("f1")
-    front.put("f2")
-    rear.put("r1")
-    assert take_batch([front, rear, side], 0.1) == [(0, "f1"), (1, "r1")]
-    assert take_batch([front, rear, side], 0.1) == [(0, "f2")]
-    threading.Timer(0.05, side.put, ("s1",)).start()
-    assert take_batch([front, rear, side], 5.0) == [(2, "s1")]   # waits for whichever comes
-    assert take_batch([front, rear, side], 0.01) == []
+def test_a_deeper_slot_hands_a_burst_over_oldest_first():
+    slot = ImageSlot(_Relay(), depth=3)
+    for i in range(5):
+        slot.put(i, float(i), i)
+    assert [slot.get(0.1).image for _ in range(3)] == [2, 3, 4] and slot.stats.dropped == 2
+    threading.Timer(0.05, slot.put, ("late", 9.0, 9)).start()
+    assert slot.get(5.0).image == "late"     # waits for the next one
 
 
 def test_repeated_warnings_give_one_line_per_period_with_counts():
@@ -135,3 +186,85 @@ def test_frames_lost_on_the_way_are_counted_from_sequence_gaps_per_publisher():
                                 ("c", None), ("c", 0)):
         gaps.note(publisher, sequence)
     assert gaps.lost == 2 + 1    # a: 3 and 4 when 5 came (4 came late, still counted); b: 2
+    assert gaps.note("b", 7) == 3
+
+
+def test_a_missing_detector_stops_slowing_captions_after_k_misses_and_is_waited_for_again():
+    """Issue 42: with no detector publishing, every frame used to wait the full detections_wait
+    (10 -> 4.3 captions/s). Now K frames in a row without a match end the waiting, said once;
+    a match resumes it."""
+    import time
+
+    import numpy as np
+
+    from edgecap.ros2.detections import DetectionMatcher
+
+    params = check_all({"bundle": "b", "detections_wait": 0.2, "detections_misses": 3})
+    objects, logged = StampedObjects(), []
+    matcher = DetectionMatcher(objects, lambda: params, log=logged.append)
+
+    def frame(stamp_ns):
+        return NS(image=np.zeros((10, 20, 3), np.uint8), stamp=NS(header_ns=stamp_ns))
+
+    waits = []
+    for i in range(6):
+        start = time.monotonic()
+        assert matcher(frame(i * 10**9)) is None
+        waits.append(time.monotonic() - start)
+    assert all(w >= 0.19 for w in waits[:3]) and all(w < 0.1 for w in waits[3:]), waits
+    assert not matcher.waiting and len(logged) == 1 and "last 3 frames" in logged[0]
+    objects.add(7 * 10**9, [("cup", (0.0, 0.0, 9.0, 4.0), None)])
+    [cup] = matcher(frame(7 * 10**9))
+    assert cup.cls == "cup" and cup.area == 0.25 and matcher.waiting and "match again" in logged[-1]
+    health = matcher.health(time.monotonic())
+    assert health["detections_matched_share"] == "0.14" and health["detections_waiting"] == "true"
+    threading.Timer(0.05, objects.close).start()    # a stop ends a wait at once
+    start = time.monotonic()
+    matcher(frame(99 * 10**9))
+    assert time.monotonic() - start < 0.15
+
+
+@pytest.mark.parametrize(("camera", "extra", "level", "message"), [
+    (dict(age_s=0.1, period_s=0.1, rate=10.0, received=50, refused=0), {}, 0, "captioning"),
+    (dict(age_s=None, period_s=None, rate=None, received=0, refused=0), {"waited": 1.0}, 1, "no image on /c yet, 1.0 s"),
+    (dict(age_s=None, period_s=None, rate=None, received=0, refused=0), {"waited": 6.0}, 2, "no image on /c after 6.0 s"),
+    (dict(age_s=0.8, period_s=0.1, rate=8.0, received=50, refused=0), {}, 1, "/c: last image 0.8 s old"),
+    (dict(age_s=5.5, period_s=0.1, rate=None, received=50, refused=0), {}, 2, "no image on /c for 5.5 s"),
+    (dict(age_s=0.1, period_s=0.1, rate=10.0, received=9, refused=9), {}, 2, "every frame on /c refused"),
+    (dict(age_s=0.1, period_s=0.1, rate=10.0, received=50, refused=0), {"loss": 0.9}, 1, "90% of the frames lost"),
+    (dict(age_s=0.1, period_s=0.1, rate=10.0, received=50, refused=0), {"captions": 0.5, "min_rate": 2.0},
+     1, "0.50 captions/s < min_rate 2"),
+    (dict(age_s=0.1, period_s=0.1, rate=10.0, received=50, refused=0), {"detections": False}, 1,
+     "detections stopped matching"),
+])
+def test_diagnostics_levels_tell_the_truth(camera, extra, level, message):
+    """Issue 42: a silent camera, 92% loss, a dead detector all used to say OK."""
+    from edgecap.ros2.stats import CameraHealth, health
+
+    params = check_all({"bundle": "b", "min_rate": extra.get("min_rate", 0.0)})
+    got = health([CameraHealth("/c", **camera)], extra.get("captions", 5.0), extra.get("loss"), params,
+                 extra.get("waited", 30.0), paused=False, detections_waiting=extra.get("detections", True))
+    assert got[0] == level and message in got[1], got
+
+
+def test_loss_is_counted_over_the_window_from_sequence_gaps():
+    from edgecap.ros2.stats import NodeStats
+    from edgecap.runtime.records import Summary
+
+    stats = NodeStats(Summary("x"))
+    gaps = SequenceGaps()
+    for sequence in (1, 2, 12, 13):          # 9 of 13 published frames lost on the way
+        stats.arrived(gaps.note("p", sequence), now=stats.summary.started + 1)
+    assert stats.lost == 9 and stats.loss_share(stats.summary.started + 1) == pytest.approx(9 / 13)
+    assert stats.loss_share(stats.summary.started + 20) is None   # out of the window
+
+
+def test_the_next_caption_goes_to_the_caller_waiting_for_it():
+    from edgecap.ros2.messages import NextCaption
+
+    next_caption, stop = NextCaption(), threading.Event()
+    next_caption("before anyone asked")                  # nobody waiting: not kept
+    assert not next_caption.pending
+    threading.Timer(0.1, next_caption, ("the next one",)).start()
+    assert next_caption.wait(5.0, stop) == "the next one" and not next_caption.pending
+    assert next_caption.wait(0.05, stop) is None

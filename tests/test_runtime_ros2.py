@@ -1,6 +1,6 @@
 """The ROS 2 node's frame handling (edgecap.ros2.relay) on messages deserialised from a real log,
 and its field dicts built into message objects, here rosbags' classes standing in for rclpy's
-generated ones; robot/ros2_caption_node.py launches the packaged node. The node on a live
+generated ones; robot/ros2_caption_node.py is an alias of `edgecap ros2`. The node on a live
 graph: tests/test_ros2_live.py."""
 
 import importlib.util
@@ -17,9 +17,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "robot" / "ros2_caption_node.py"
 
 
 def test_the_robot_launcher_runs_the_packaged_node():
-    """`python3 robot/ros2_caption_node.py --ros-args ...` from a checkout: the package's node,
+    """`python3 robot/ros2_caption_node.py BUNDLE --ros-args ...` from a checkout: `edgecap ros2`,
     here stopped at its first check (rclpy missing, or the bundle)."""
-    done = subprocess.run([sys.executable, str(SCRIPT), "--ros-args", "-p", "bundle:=/nonexistent/bundle"],
+    done = subprocess.run([sys.executable, str(SCRIPT), "/nonexistent/bundle", "--ros-args"],
                           capture_output=True, text=True, timeout=120, cwd="/")
     assert done.returncode == 1
     [line] = done.stderr.strip().splitlines()
@@ -47,41 +47,46 @@ def logged(tmp_path):
 
 
 def test_relay_turns_an_image_message_into_the_caption_log_messages(logged):
+    from edgecap.ros2.messages import caption_marker
     from edgecap.ros2.relay import CaptionRelay
     from edgecap.runtime.captioner import Captioner
     from edgecap.runtime.mcap_sink import record_messages
+    from edgecap.runtime.records import Record
 
     messages, shots = logged
+    captioner = Captioner(FakeBundle(batch_size=1, beam_size=1))
     for topic, msgtype in (("/raw", "sensor_msgs/msg/Image"),
                            ("/jpeg", "sensor_msgs/msg/CompressedImage")):
-        relay = CaptionRelay(Captioner(FakeBundle(batch_size=1, beam_size=1)), msgtype, topic)
-        frame = relay.frame(messages[topic][1], received=1.0, received_ns=shots[1][1] + 10)
-        [record] = relay.caption([frame], beam=None)
+        frame = CaptionRelay(msgtype).frame(messages[topic][1], received=1.0, received_ns=shots[1][1] + 10)
+        [caption] = captioner.caption([frame.image])
+        record = Record(frame, caption, f"ros2:{topic}", 2.0)
         out = record_messages(record)[1]
         assert [(t, m) for t, m, _ in out] == [("/edgecap/caption", "std_msgs/msg/String"),
                                                ("/edgecap/record", "std_msgs/msg/String")]
         fields = json.loads(out[1][2]["data"])
         assert fields["header_stamp_ns"] == shots[1][0]   # the camera's stamp, not arrival
         assert fields["caption"] == out[0][2]["data"] == "a green cup"
+        marker = caption_marker(record, 0)                # the stamped caption: the image's header
+        assert marker["header"] == {"stamp": {"sec": shots[1][0] // 10**9, "nanosec": shots[1][0] % 10**9},
+                                    "frame_id": "camera_optical"}
+        assert marker["text"] == "a green cup" and marker["type"] == 9   # TEXT_VIEW_FACING
 
 
 def test_relay_skips_an_undecodable_message_and_refuses_depth(logged):
     from edgecap.ros2.relay import CaptionRelay, ImageDecodeError, Refused
-    from edgecap.runtime.captioner import Captioner
 
     messages, _ = logged
     broken = messages["/jpeg"][0]
     broken.data = np.frombuffer(b"\xff\xd8 not a jpeg", np.uint8)
-    captioner = Captioner(FakeBundle(batch_size=1, beam_size=1))
-    relay = CaptionRelay(captioner, "sensor_msgs/msg/CompressedImage", "/jpeg")
+    relay = CaptionRelay("sensor_msgs/msg/CompressedImage")
     with pytest.raises(ImageDecodeError, match="does not decode"):
         relay.frame(broken, 0.0, 0)
     depth = messages["/raw"][0]
     depth.encoding, depth.step = "16UC1", depth.width * 2
     depth.data = np.zeros(depth.height * depth.width * 2, np.uint8)
     with pytest.raises(Refused, match="'16UC1' is not a colour image.*allow_non_colour:=true"):
-        CaptionRelay(captioner, "sensor_msgs/msg/Image", "/raw").frame(depth, 0.0, 0)
-    allowed = CaptionRelay(captioner, "sensor_msgs/msg/Image", "/raw", allow_non_colour=True)
+        CaptionRelay("sensor_msgs/msg/Image").frame(depth, 0.0, 0)
+    allowed = CaptionRelay("sensor_msgs/msg/Image", allow_non_colour=True)
     assert allowed.frame(depth, 0.0, 0).image.shape == (depth.height, depth.width, 3)
 
 

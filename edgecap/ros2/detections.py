@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 
 from edgecap.errors import EdgecapError
+from edgecap.runtime.sources import KnownObject
 
 # (class, (left, top, right, bottom), mask area or None): a KnownObject once the frame's size is known
 RawObject = tuple[str, tuple[float, float, float, float], "float | None"]
@@ -79,14 +81,23 @@ class StampedObjects:
     def __init__(self, keep: int = 64):
         self._sets: deque[tuple[int, list[RawObject]]] = deque(maxlen=keep)
         self._cond = threading.Condition()
+        self._closed = False
         self.received = 0
         self.matched = 0
         self.unmatched = 0
+        self.last_received: float | None = None     # time.monotonic() of the newest set
 
     def add(self, stamp_ns: int, objects: list[RawObject]) -> None:
         with self._cond:
             self._sets.append((stamp_ns, objects))
             self.received += 1
+            self.last_received = time.monotonic()
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """End every wait now (the node is stopping)."""
+        with self._cond:
+            self._closed = True
             self._cond.notify_all()
 
     def _nearest(self, stamp_ns: int, tolerance_ns: int):
@@ -98,7 +109,7 @@ class StampedObjects:
         `wait_s` for them to arrive; None when none do."""
         tolerance_ns = int(round(tolerance_s * 1e9))
         with self._cond:
-            self._cond.wait_for(lambda: self._nearest(stamp_ns, tolerance_ns) is not None, wait_s)
+            self._cond.wait_for(lambda: self._closed or self._nearest(stamp_ns, tolerance_ns) is not None, wait_s)
             found = self._nearest(stamp_ns, tolerance_ns)
             if found is None:
                 self.unmatched += 1
@@ -109,3 +120,44 @@ class StampedObjects:
     def report(self) -> dict:
         return {"received": self.received, "matched_frames": self.matched,
                 "unmatched_frames": self.unmatched}
+
+
+class DetectionMatcher:
+    """The loop's `annotate_objects(frame)` for a detections topic: the frame's objects (or
+    None), waiting at most `wait_s` for a detector that publishes after the image. After
+    `misses` frames in a row without a match it stops waiting, so a dead or lagging detector
+    never slows captioning; it waits again as soon as a frame matches."""
+
+    def __init__(self, objects: StampedObjects, settings, log=None):
+        self.objects = objects
+        self.settings = settings            # () -> the node's parameters (read at every frame)
+        self.log = log or (lambda msg: None)
+        self.misses = 0                     # frames in a row without a match
+        self.waiting = True
+
+    def __call__(self, frame) -> list[KnownObject] | None:
+        params = self.settings()
+        found = self.objects.match(frame.stamp.header_ns, params.stamp_tolerance,
+                                   params.detections_wait if self.waiting else 0.0)
+        if found is None:
+            self.misses += 1
+            if self.waiting and self.misses >= params.detections_misses:
+                self.waiting = False
+                self.log(f"no detections matched the last {self.misses} frames: captioning on without "
+                         "waiting for them until they match again")
+            return None
+        if not self.waiting:
+            self.log(f"detections match again after {self.misses} frames without")
+        self.misses, self.waiting = 0, True
+        height, width = frame.image.shape[:2]
+        return [KnownObject.measured(cls, box, area, width, height) for cls, box, area in found]
+
+    def health(self, now: float) -> dict[str, str]:
+        """Diagnostics key-values: matched share, age of the newest set, whether captions wait."""
+        report = self.objects.report()
+        frames = report["matched_frames"] + report["unmatched_frames"]
+        last = self.objects.last_received
+        return {**{f"detections_{k}": str(v) for k, v in report.items()},
+                "detections_matched_share": "-" if not frames else f"{report['matched_frames'] / frames:.2f}",
+                "detections_age_s": "-" if last is None else f"{now - last:.1f}",
+                "detections_waiting": str(self.waiting).lower()}

@@ -1,51 +1,109 @@
-"""The frames between the subscription callbacks and the captioning thread.
+"""Between the image subscription and the captioning loop: a newest-frame slot per topic.
 
-A KEEP_LAST queue like the subscription's own: `put` appends, dropping (and counting) the oldest
-when `depth` frames wait already, so depth 1 is `edgecap run`'s newest-frame slot and a deeper
-queue behind a reliable subscription lets a burst be captioned in full at the rate limit. The
-queues of one node's cameras share a condition, so `take_batch` waits for whichever has a frame
-and takes one from each that has (several cameras captioned as one batch).
+The subscription's DDS reader is deep (`qos_depth`), so a transport stall followed by a burst
+loses nothing on the way; its callback only drops the message into this slot, which keeps the
+newest `depth` messages (default 1) and counts the ones it overwrites as dropped. So captions
+stay fresh however deep the reader, and a deeper slot (`queue_depth`) captions a burst in full,
+oldest first, when that matters more than freshness.
+
+`ImageSlot` has the consumer side of the runtime's FrameGrabber (`get`, `finished`, `error`,
+`last_publish`, `stats`), so the node's topics feed the same loop as `edgecap run`'s cameras
+(edgecap.runtime.loop). Messages are converted when taken, on the loop's thread: an image that
+is overwritten is never decoded. An undecodable message is skipped and counted; one in an
+encoding the node will not caption is refused and counted; both are logged at most once per 10 s.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 
-from edgecap.runtime.camera import GrabberStats
+from edgecap.runtime.camera import Frame, GrabberStats
+
+from .relay import CaptionRelay, ImageDecodeError, Refused
+from .stats import CountedWarning
 
 
-class FrameQueue:
-    def __init__(self, depth: int = 1, cond: threading.Condition | None = None):
-        self._items: deque = deque()
-        self._cond = cond or threading.Condition()
+class ImageSlot:
+    def __init__(self, relay: CaptionRelay, depth: int = 1, on_publish=None, log=None):
+        self.relay = relay
         self.depth = depth
-        self.stats = GrabberStats()                # captured = received, dropped, skipped
+        self.on_publish = on_publish or (lambda item: None)
+        self.log = log or (lambda msg: None)
+        self.stats = GrabberStats()          # captured = received; dropped; skipped; taken
+        self.refused = 0
+        self.error: Exception | None = None  # never set: a topic does not end
+        self.last_publish: float | None = None
+        self.arrivals: deque[float] = deque(maxlen=64)   # monotonic arrival times, for the input rate
+        self._items: deque = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._skips = CountedWarning("skipped")
+        self._refusals = CountedWarning("refused")
 
-    def put(self, item) -> None:
+    # -- subscription side (executor thread) -------------------------------------------------
+    def put(self, msg, received: float, received_ns: int) -> None:
         with self._cond:
             self.stats.captured += 1
             if len(self._items) >= self.depth:
                 self._items.popleft()
                 self.stats.dropped += 1
-            self._items.append(item)
+            self._items.append((msg, received, received_ns))
+            self.last_publish = received
+            self.arrivals.append(received)
+            self._cond.notify_all()
+        self.on_publish(msg)
+
+    # -- loop side ----------------------------------------------------------------------------
+    def get(self, timeout: float | None = None) -> Frame | None:
+        """The oldest waiting message as a Frame; None after `timeout` without one, or when it
+        could not be captioned (skipped or refused, and counted)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._items or self._closed, timeout) or not self._items:
+                return None
+            msg, received, received_ns = self._items.popleft()
+        try:
+            frame = self.relay.frame(msg, received, received_ns)
+        except ImageDecodeError as exc:
+            self.stats.skipped += 1
+            self._note(self._skips, str(exc))
+            return None
+        except Refused as exc:
+            self.refused += 1
+            self._note(self._refusals, str(exc))
+            return None
+        frame.t_taken = time.monotonic()
+        self.stats.taken += 1
+        return frame
+
+    @property
+    def finished(self) -> bool:
+        with self._cond:
+            return self._closed and not self._items
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self.stats.dropped += len(self._items)
+            self._items.clear()
             self._cond.notify_all()
 
-    def take(self, timeout: float):
-        """The oldest waiting frame, or None after `timeout` seconds without one."""
-        batch = take_batch([self], timeout)
-        return batch[0][1] if batch else None
+    def input_rate(self, now: float, window: float) -> float | None:
+        """Images per second over the last `window` seconds (None before two arrived)."""
+        recent = [t for t in list(self.arrivals) if t >= now - window]
+        if len(recent) < 2:
+            return None
+        return (len(recent) - 1) / max(recent[-1] - recent[0], 1e-9)
 
+    def period(self) -> float | None:
+        """The mean interval between the last arrivals (None before two arrived)."""
+        arrivals = list(self.arrivals)
+        if len(arrivals) < 2:
+            return None
+        return (arrivals[-1] - arrivals[0]) / (len(arrivals) - 1)
 
-def take_batch(queues: list[FrameQueue], timeout: float) -> list[tuple[int, object]]:
-    """[(queue index, its oldest frame)] for every queue holding one, waiting up to `timeout`
-    seconds for the first; [] when none came. The queues share one condition."""
-    cond = queues[0]._cond
-    with cond:
-        cond.wait_for(lambda: any(q._items for q in queues), timeout)
-        out = []
-        for i, queue in enumerate(queues):
-            if queue._items:
-                queue.stats.taken += 1
-                out.append((i, queue._items.popleft()))
-        return out
+    def _note(self, warning: CountedWarning, reason: str) -> None:
+        line = warning.note(reason)
+        if line:
+            self.log(line)

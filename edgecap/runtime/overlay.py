@@ -32,6 +32,7 @@ from .sources import KnownObject
 GREEN, YELLOW, GREY, WHITE, BLACK = (60, 200, 60), (0, 210, 240), (150, 150, 150), (255, 255, 255), (0, 0, 0)
 PLATE = (30, 30, 30)  # label background
 MIN_WIDTH = 512
+BAND_OPACITY = 0.75  # annotate(over=True): how much of the band covers the frame below it
 MENTION_PROFIT = 0.5
 MAX_CAPTION_LINES = 3
 VIDEO_CAPTION_LINES = 2
@@ -162,10 +163,12 @@ def _draw_band(canvas: np.ndarray, band: _Band, y0: int) -> None:
             x += w + 12
 
 
-def annotate(record: Record, min_width: int = MIN_WIDTH, caption_lines: int | None = None) -> np.ndarray:
+def annotate(record: Record, min_width: int = MIN_WIDTH, caption_lines: int | None = None,
+             over: bool = False) -> np.ndarray:
     """A copy of the record's frame, enlarged to at least `min_width`, with boxes, labels and
     the band of caption, coverage and legend below. `caption_lines` fixes the caption's share of
-    the band (a video's frames must all be one size); None fits it to this caption."""
+    the band (a video's frames must all be one size); None fits it to this caption. `over`: the
+    band is drawn over the frame's bottom rows instead, so the image keeps the frame's size."""
     import cv2
 
     image = record.frame.image
@@ -186,7 +189,15 @@ def annotate(record: Record, min_width: int = MIN_WIDTH, caption_lines: int | No
     band = _band(record, width, caption_lines)
     canvas = cv2.copyMakeBorder(frame, 0, band.height(), 0, 0, cv2.BORDER_CONSTANT, value=BLACK)
     _draw_band(canvas, band, height)
-    return canvas
+    if not over:
+        return canvas
+    # the band laid over the frame's bottom, darkened behind it: the image keeps its own size
+    # (a ROS image topic's subscribers, overlays and recorders expect the camera's size)
+    rows = min(band.height(), height)
+    bottom = frame[height - rows:]
+    frame[height - rows:] = cv2.addWeighted(bottom, 1.0 - BAND_OPACITY, canvas[height:height + rows],
+                                            BAND_OPACITY, 0.0)
+    return frame
 
 
 # containers OpenCV's writer fills with mp4v video (checked with OpenCV 4.x and 5.x)
