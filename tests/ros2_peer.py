@@ -6,12 +6,16 @@ publishes, and a parameter client. Each prints one JSON object on stdout when do
     python tests/ros2_peer.py listen --ns /raw --ns /jpeg --records 10 --seconds 30
     python tests/ros2_peer.py set --node /edgecap_captioner beam=3 max_rate=2.5
     python tests/ros2_peer.py hashes
+    python tests/ros2_peer.py qos --topic /cam/image_raw --late /cam/edgecap/caption
+    python tests/ros2_peer.py call /cam/edgecap/enable false /cam/edgecap/caption_now
+    python tests/ros2_peer.py lifecycle --node /cam/edgecap_captioner configure activate
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -101,10 +105,16 @@ def listen(args) -> dict:
     from std_msgs.msg import String
 
     node = Node("ros2_peer_listener")
-    got: dict = {"records": {}, "captions": {}, "annotated": {}, "diagnostics": {}}
+    from visualization_msgs.msg import Marker
+
+    got: dict = {"records": {}, "captions": {}, "annotated": {}, "markers": {}, "diagnostics": {},
+                 "diagnostics_log": []}
     for ns in args.ns:
-        for key in ("records", "captions", "annotated"):
+        for key in ("records", "captions", "annotated", "markers"):
             got[key][ns] = []
+        node.create_subscription(Marker, f"{ns}/edgecap/caption_marker", lambda m, ns=ns: got["markers"][ns].append(
+            {"stamp_ns": m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec,
+             "frame_id": m.header.frame_id, "text": m.text, "type": m.type}), 100)
         node.create_subscription(String, f"{ns}/edgecap/record",
                                  lambda m, ns=ns: got["records"][ns].append(json.loads(m.data)), 100)
         node.create_subscription(String, f"{ns}/edgecap/caption",
@@ -119,6 +129,7 @@ def listen(args) -> dict:
                                                if isinstance(status.level, bytes) else int(status.level),
                                                "message": status.message,
                                                "values": {kv.key: kv.value for kv in status.values}}
+            got["diagnostics_log"].append({"name": status.name, **got["diagnostics"][status.name]})
 
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
     end = time.monotonic() + 30.0
@@ -130,6 +141,8 @@ def listen(args) -> dict:
     end = time.monotonic() + args.seconds
     while time.monotonic() < end:
         rclpy.spin_once(node, timeout_sec=0.05)
+        if args.until and os.path.exists(args.until):
+            break
         if args.records and sum(len(v) for v in got["records"].values()) >= args.records:
             end = min(end, time.monotonic() + args.after)
     return got
@@ -171,6 +184,73 @@ def hashes(args) -> dict:
     return {"hashes": out}
 
 
+def qos_info(args) -> dict:
+    """The reliability of every subscription to --topic, and what a late transient-local
+    subscriber to --late receives (the last captions a transient-local publisher kept)."""
+    from rclpy.qos import DurabilityPolicy
+    from std_msgs.msg import String
+
+    node = Node("ros2_peer_qos")
+    end = time.monotonic() + 30.0
+    while not node.get_subscriptions_info_by_topic(args.topic) and time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=0.1)
+    subs = [str(i.qos_profile.reliability.name).lower() for i in node.get_subscriptions_info_by_topic(args.topic)]
+    late = []
+    if args.late:
+        profile = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        node.create_subscription(String, args.late, lambda m: late.append(m.data), profile)
+        end = time.monotonic() + args.seconds
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+    return {"subscriptions": subs, "late": late}
+
+
+def call(args) -> dict:
+    """Call services in turn: `SERVICE true|false` a std_srvs/SetBool, `SERVICE` a Trigger."""
+    from std_srvs.srv import SetBool, Trigger
+
+    node = Node("ros2_peer_caller")
+    results, items = [], list(args.calls)
+    while items:
+        name = items.pop(0)
+        flag = items.pop(0) if items and items[0] in ("true", "false") else None
+        kind = SetBool if flag is not None else Trigger
+        client = node.create_client(kind, name)
+        if not client.wait_for_service(timeout_sec=30.0):
+            raise SystemExit(f"ros2_peer: no {name} service")
+        request = SetBool.Request(data=flag == "true") if flag is not None else Trigger.Request()
+        future = client.call_async(request)
+        rclpy.spin_until_future_complete(node, future, timeout_sec=30.0)
+        response = future.result()
+        results.append({"service": name, "success": response.success, "message": response.message})
+    return {"results": results}
+
+
+def lifecycle(args) -> dict:
+    """Lifecycle transitions of --node by label (configure, activate, ...), each followed by its state."""
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState, GetState
+
+    node = Node("ros2_peer_lifecycle")
+    change = node.create_client(ChangeState, f"{args.node}/change_state")
+    get = node.create_client(GetState, f"{args.node}/get_state")
+    for client in (change, get):
+        if not client.wait_for_service(timeout_sec=30.0):
+            raise SystemExit(f"ros2_peer: no lifecycle services on {args.node}")
+    out = []
+    for label in args.transitions:
+        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
+               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP}
+        future = change.call_async(ChangeState.Request(transition=Transition(id=ids[label])))
+        rclpy.spin_until_future_complete(node, future, timeout_sec=60.0)
+        state = get.call_async(GetState.Request())
+        rclpy.spin_until_future_complete(node, state, timeout_sec=30.0)
+        out.append({"transition": label, "success": future.result().success,
+                    "state": state.result().current_state.label})
+    return {"transitions": out}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -196,15 +276,26 @@ def main() -> int:
     p.add_argument("--records", type=int, default=0)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--after", type=float, default=1.5, help="keep listening this long after --records")
+    p.add_argument("--until", default="", help="stop as soon as this file exists")
     p = sub.add_parser("set")
     p.add_argument("--node", required=True)
     p.add_argument("assignments", nargs="+")
     p = sub.add_parser("hashes")
     p.add_argument("types", nargs="+")
+    p = sub.add_parser("qos")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--late", default="")
+    p.add_argument("--seconds", type=float, default=3.0)
+    p = sub.add_parser("call")
+    p.add_argument("calls", nargs="+")
+    p = sub.add_parser("lifecycle")
+    p.add_argument("--node", required=True)
+    p.add_argument("transitions", nargs="+")
     args = parser.parse_args()
     rclpy.init()
     try:
-        result = {"publish": publish, "listen": listen, "set": set_parameters, "hashes": hashes}[args.mode](args)
+        result = {"publish": publish, "listen": listen, "set": set_parameters, "hashes": hashes, "qos": qos_info,
+                  "call": call, "lifecycle": lifecycle}[args.mode](args)
     finally:
         rclpy.try_shutdown()
     print(json.dumps(result))

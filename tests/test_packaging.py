@@ -41,5 +41,7 @@ def test_an_installed_wheel_finds_the_export_target_presets(tmp_path):
                           cwd=elsewhere, env=alone)
     assert done.returncode == 0, done.stderr
     share = Path(done.stdout.strip())
-    assert sorted(p.name for p in share.iterdir()) == ["edgecap-ros2.service", "edgecap-ros2.yaml"]
+    assert sorted(p.name for p in share.iterdir() if p.name != "__pycache__") == [
+        "edgecap-ros2.service", "edgecap-ros2.yaml",
+        "edgecap_ros2.launch.py"]
     assert str(share).startswith(str(venv))

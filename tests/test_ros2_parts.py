@@ -268,3 +268,41 @@ def test_the_next_caption_goes_to_the_caller_waiting_for_it():
     threading.Timer(0.1, next_caption, ("the next one",)).start()
     assert next_caption.wait(5.0, stop) == "the next one" and not next_caption.pending
     assert next_caption.wait(0.05, stop) is None
+
+
+def test_the_launch_file_starts_edgecap_ros2_with_its_parameters(monkeypatch):
+    """The launch file for /opt/ros users (the `launch` packages have no PyPI wheels, so their
+    classes are stood in for by recorders here): each node it declares is `edgecap ros2` with
+    arguments the command parses, the shipped parameters file and the bundle argument."""
+    import argparse
+    import importlib.util
+    import sys
+    import types
+
+    from edgecap.ros2.command import SHARE, add_arguments
+
+    def recorder(name):
+        return type(name, (), {"__init__": lambda self, *a, **kw: setattr(self, "kw", {"args": a, **kw})})
+
+    modules = {"launch": ["LaunchDescription"], "launch.actions": ["DeclareLaunchArgument"],
+               "launch.conditions": ["IfCondition", "UnlessCondition"],
+               "launch.substitutions": ["LaunchConfiguration"], "launch_ros.actions": ["Node"]}
+    for name, classes in {**modules, "launch_ros": []}.items():
+        module = types.ModuleType(name)
+        for cls in classes:
+            setattr(module, cls, recorder(cls))
+        monkeypatch.setitem(sys.modules, name, module)
+    spec = importlib.util.spec_from_file_location("launch_file", SHARE / "edgecap_ros2.launch.py")
+    launch_file = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch_file)
+    [actions] = launch_file.generate_launch_description().kw["args"]
+    declared = {a.kw["args"][0]: a.kw.get("default_value") for a in actions if type(a).__name__ == "DeclareLaunchArgument"}
+    assert declared == {"bundle": None, "namespace": "/camera", "params_file": str(SHARE / "edgecap-ros2.yaml"),
+                        "lifecycle": "false"}
+    nodes = [a.kw for a in actions if type(a).__name__ == "Node"]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert [parser.parse_args(n["arguments"][1:]).lifecycle for n in nodes] == [False, True]
+    assert all(n["executable"] == "edgecap" and n["arguments"][0] == "ros2" and n["name"] == "edgecap_captioner"
+               for n in nodes)
+    assert all(set(n["parameters"][1]) == {"bundle"} for n in nodes)

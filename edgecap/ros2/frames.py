@@ -77,6 +77,12 @@ class ImageSlot:
         self.stats.taken += 1
         return frame
 
+    def discard(self) -> None:
+        """Drop what waits (frames that came while captioning was paused), counted as dropped."""
+        with self._cond:
+            self.stats.dropped += len(self._items)
+            self._items.clear()
+
     @property
     def finished(self) -> bool:
         with self._cond:

@@ -161,10 +161,17 @@ class Captioning:
                 self._check_beam(new.beam)
         except EdgecapError as exc:
             return SetParametersResult(successful=False, reason=str(exc))
+        if new.enabled and not self.params.enabled:
+            self._discard_waiting()
         self.params = new  # one assignment: the loop sees the old parameters or the new, never a mix
         for name in values:
             self.get_logger().info(f"{name} is now {getattr(new, name)}")
         return SetParametersResult(successful=True)
+
+    def _discard_waiting(self) -> None:
+        """Resuming: the frames that came while paused are old; caption from the next one."""
+        for camera in getattr(self, "cameras", []) if self.opened else []:
+            camera.grabber.discard()
 
     def _check_beam(self, beam: int) -> int:
         try:
@@ -482,6 +489,7 @@ class LifecycleCaptionNode(Captioning, LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state) -> TransitionCallbackReturn:
+        self._discard_waiting()
         self.active = True
         self.get_logger().info(CaptionNode._started_line(self))
         return super().on_activate(state)

@@ -108,12 +108,14 @@ class Camera:
 
 
 def _take_batch(grabber: FrameGrabber, n: int, stop: threading.Event) -> list[Frame]:
+    """Up to `n` fresh frames, waiting for each once the first came; [] when none came within a
+    slice (the loop looks at its options again: a pause asked for meanwhile holds)."""
     frames: list[Frame] = []
     while len(frames) < n and not stop.is_set():
         frame = grabber.get(timeout=PAUSE_SLICE_S)
         if frame is not None:
             frames.append(frame)
-        elif grabber.finished:
+        elif grabber.finished or not frames:
             break
     return frames
 
