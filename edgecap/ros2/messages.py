@@ -54,30 +54,30 @@ class NextCaption:
 
     def __init__(self):
         self._cond = threading.Condition()
-        self._waiting = 0
+        self._pending = 0                 # callers waiting for a caption not made yet
         self._serial = 0
         self._record: Record | None = None
 
     @property
     def pending(self) -> bool:
-        return self._waiting > 0
+        return self._pending > 0
 
     def __call__(self, record: Record) -> None:
         with self._cond:
-            if self._waiting:
-                self._record, self._serial = record, self._serial + 1
+            if self._pending:  # served: the loop pauses again from its next round, if paused
+                self._record, self._serial, self._pending = record, self._serial + 1, 0
                 self._cond.notify_all()
 
     def wait(self, timeout: float, stop: threading.Event) -> Record | None:
         """The next caption's record, or None after `timeout` s (or when `stop` is set)."""
         with self._cond:
             serial = self._serial
-            self._waiting += 1
-            try:
-                self._cond.wait_for(lambda: self._serial != serial or stop.is_set(), timeout)
-            finally:
-                self._waiting -= 1
-            return self._record if self._serial != serial else None
+            self._pending += 1
+            self._cond.wait_for(lambda: self._serial != serial or stop.is_set(), timeout)
+            if self._serial != serial:
+                return self._record
+            self._pending = max(0, self._pending - 1)
+            return None
 
     def wake(self) -> None:
         with self._cond:
