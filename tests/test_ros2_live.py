@@ -152,7 +152,7 @@ def test_two_namespaced_nodes_caption_raw_and_jpeg_frames_with_their_stamps(grap
     from edgecap.runtime.captioner import Captioner
 
     # no frame lost, whatever the machine's load, and every one captioned (a queue, not the newest-frame slot)
-    reliable = ("qos:=reliable", "qos_depth:=10", "queue_depth:=10", "stale_periods:=1000")
+    reliable = ("qos:=reliable", "qos_depth:=10", "queue_depth:=10", "stale_periods:=1000", "no_image_warning:=120")
     raw = graph.node(demo_bundle, "max_rate:=5", *reliable, ns="/raw")     # 5: an int is a rate
     jpeg = graph.node(demo_bundle, "compressed:=true", *reliable, ns="/jpeg", module=True)
     for node in (raw, jpeg):
