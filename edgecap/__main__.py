@@ -48,18 +48,20 @@ def main() -> int:
         for sig, previous in saved.items():
             signal.signal(sig, previous)
     if code in _SIGNAL_CODES:
-        _exit_now(code)
+        exit_now(code)
     return code
 
 
 _SIGNAL_CODES = {128 + getattr(signal, name) for name in _NAMES if hasattr(signal, name)}
 
 
-def _exit_now(code: int) -> None:
-    """End with `code` after an interrupt that edgecap handled. When the KeyboardInterrupt passed
-    through Python code that C code ran with PyRun_String (pybind11 modules do while they load),
-    CPython has marked it unhandled and would end the process by SIGINT at exit (-2, whatever
-    the exit code), so the exit handlers are run here and the process ends at once."""
+def exit_now(code: int) -> None:
+    """End with `code` at once: the exit handlers run and the standard streams are flushed, the
+    interpreter's teardown is skipped. After an interrupt that edgecap handled: when the
+    KeyboardInterrupt passed through Python code that C code ran with PyRun_String (pybind11
+    modules do while they load), CPython has marked it unhandled and would end the process by
+    SIGINT at exit (-2, whatever the exit code). After the ROS 2 node's summary: finalizing
+    spaCy's, onnxruntime's and rclpy's modules took 0.7-4 s, and a node stops within 0.5 s."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from edgecap.__main__ import exit_now
 from edgecap.argtypes import Parser
 from edgecap.errors import EdgecapError, MissingExtraError
 
@@ -55,8 +56,12 @@ def run(args) -> int:
         print(SHARE)
         return 0
     node = load_node_module()
-    return node.run_node(["edgecap-ros2", "--ros-args", *args.ros_args], bundle=args.bundle,
+    code = node.run_node(["edgecap-ros2", "--ros-args", *args.ros_args], bundle=args.bundle,
                          lifecycle=args.lifecycle)
+    # The summary is out and rclpy is shut down: the process ends here, without the interpreter's
+    # teardown (finalizing spaCy, onnxruntime and rclpy took 0.7-4 s of a 4.7 s stop)
+    exit_now(code)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
