@@ -143,9 +143,19 @@ def listen(args) -> dict:
         rclpy.spin_once(node, timeout_sec=0.05)
         if args.until and os.path.exists(args.until):
             break
-        if args.records and sum(len(v) for v in got["records"].values()) >= args.records:
+        if args.records and sum(len(v) for v in got["records"].values()) >= args.records and _settled(got):
             end = min(end, time.monotonic() + args.after)
     return got
+
+
+def _settled(got: dict) -> bool:
+    """Each node's /diagnostics has counted every record heard from it (however slow the machine)."""
+    for ns, records in got["records"].items():
+        counted = [int(d["values"].get("captioned", 0)) for name, d in got["diagnostics"].items()
+                   if name.startswith(f"edgecap: {ns.rstrip('/')}/")]
+        if records and not any(n >= len(records) for n in counted):
+            return False
+    return True
 
 
 def set_parameters(args) -> dict:

@@ -259,6 +259,34 @@ def test_loss_is_counted_over_the_window_from_sequence_gaps():
     assert stats.loss_share(stats.summary.started + 20) is None   # out of the window
 
 
+def test_loss_is_the_larger_of_the_sequence_gaps_and_the_middlewares_lost_messages():
+    """Issue 42: 9 of 120 frames arrived and `lost` said 23, the frames after the last arrival
+    uncounted. The rmw's message-lost events count those (DDS saw their fragments), not the
+    frames the reader's history overwrote, which the gaps count: per camera, the larger."""
+    from edgecap.ros2.stats import NodeStats
+    from edgecap.runtime.camera import GrabberStats
+    from edgecap.runtime.records import Summary
+
+    stats = NodeStats(Summary("x"))
+    stats.summary.grabber = GrabberStats()
+    t = stats.summary.started + 1
+    assert dict(stats.values({}))["lost_middleware"] == "-"       # an rmw without the event
+    stats.counts_middleware_loss()
+    front, rear = SequenceGaps(), SequenceGaps()
+    for sequence in (1, 2, 12):                                 # front: 9 missing between arrivals
+        stats.arrived(front.note("p", sequence), now=t, camera=0)
+    for count in (5, 6, 97):                                    # ... and 108 lost as DDS saw it
+        stats.lost_by_middleware(count, now=t, camera=0)
+    for sequence in (1, 5):                                     # rear: 3 overwritten in the reader
+        stats.arrived(rear.note("q", sequence), now=t, camera=1)
+    stats.lost_by_middleware(1, now=t, camera=1)
+    assert stats.lost == 108 + 3
+    values = dict(stats.values({}))
+    assert (values["lost"], values["lost_gaps"], values["lost_middleware"]) == ("111", "12", "109")
+    assert stats.loss_share(t) == pytest.approx(109 / (5 + 109))  # the window takes the larger too
+    assert stats.loss_share(t + 20) is None
+
+
 def test_the_next_caption_goes_to_the_caller_waiting_for_it():
     from edgecap.ros2.messages import NextCaption
 

@@ -44,6 +44,7 @@ from rcl_interfaces.msg import (
     SetParametersResult,
 )
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.event_handler import SubscriptionEventCallbacks, UnsupportedEventTypeError
 from rclpy.exceptions import InvalidParameterValueException
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
@@ -201,7 +202,6 @@ class Captioning:
         self.matcher = self._open_detections() if p.detections_topic else None
         self.cameras = self._open_cameras()
         self.image_topic = ",".join(c.topic for c in self.cameras)
-        self.stats = NodeStats(self.summary)
         self.diagnostics_pub = self._keep(self.create_publisher(DiagnosticArray, "/diagnostics", 10))
         services = MutuallyExclusiveCallbackGroup(), MutuallyExclusiveCallbackGroup()
         self._keep(self.create_service(SetBool, "edgecap/enable", self._on_enable, callback_group=services[0]))
@@ -231,22 +231,18 @@ class Captioning:
         qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=p.qos_depth,
                          reliability=ReliabilityPolicy.RELIABLE if p.qos == "reliable" else ReliabilityPolicy.BEST_EFFORT,
                          durability=DurabilityPolicy.VOLATILE)
-        cameras, self.gaps, self.outputs = [], [], []
+        self.stats = NodeStats()   # before the subscriptions: their callbacks count into it
+        cameras, self.outputs = [], []
         for index, topic in enumerate(topics):
             slot = ImageSlot(CaptionRelay(self.msgtype, p.allow_non_colour), p.queue_depth,
                              on_publish=lambda msg: self.fresh.set(), log=self.get_logger().warning)
-            gaps = SequenceGaps()
-            sub = self._keep(self.create_subscription(
-                message_class(self.msgtype), topic,
-                lambda msg, info, slot=slot, gaps=gaps: self._on_image(slot, gaps, msg, info), qos,
-                qos_overriding_options=QoSOverridingOptions.with_default_policies()))
+            sub = self._subscribe(index, topic, slot, qos)
             # one camera: outputs in the node's namespace; several: each in its camera's
             prefix = sub.topic_name.rpartition("/")[0] + "/" if several else ""
             cameras.append(Camera(index if several else None, slot, Summary(f"ros2:{sub.topic_name}", camera=index
                                                                                if several else None)))
             cameras[-1].topic = sub.topic_name
             cameras[-1].summary.grabber = slot.stats
-            self.gaps.append(gaps)
             self.outputs.append(self._advertise(prefix))
         names = [outputs[relative(CAPTION_TOPIC)].topic_name for outputs in self.outputs]
         if len(set(names)) < len(names):
@@ -254,7 +250,24 @@ class Captioning:
                                  "one topic; name topics in different namespaces")
         self.summary = (Summary(f"ros2:{','.join(c.topic for c in cameras)}", cameras=[c.summary for c in cameras])
                         if several else cameras[0].summary)
+        self.stats.summary = self.summary
         return cameras
+
+    def _subscribe(self, index: int, topic: str, slot: ImageSlot, qos: QoSProfile):
+        """Camera `index`'s image subscription: frames into its slot, frames lost counted from
+        sequence gaps and, where the rmw reports them, from its message-lost events (stats.py)."""
+        gaps, resolved = SequenceGaps(), self.resolve_topic_name(topic)
+        kwargs = {"qos_overriding_options": QoSOverridingOptions.with_default_policies()}
+        events = SubscriptionEventCallbacks(message_lost=lambda info: self.stats.lost_by_middleware(
+            info.total_count_change, camera=index))
+        args = (message_class(self.msgtype), topic,
+                lambda msg, info: self._on_image(index, resolved, slot, gaps, msg, info), qos)
+        try:
+            sub = self.create_subscription(*args, event_callbacks=events, **kwargs)
+            self.stats.counts_middleware_loss()
+        except UnsupportedEventTypeError:  # this rmw has no message-lost event: the gaps alone
+            sub = self.create_subscription(*args, **kwargs)
+        return self._keep(sub)
 
     def _advertise(self, prefix: str) -> dict:
         """One camera's publishers, {relative topic: publisher}; every one exists before the
@@ -307,19 +320,16 @@ class Captioning:
         return DetectionMatcher(objects, lambda: self.params, log=self.get_logger().warning)
 
     # -- callbacks (executor threads) --------------------------------------------------------
-    def _on_image(self, slot: ImageSlot, gaps: SequenceGaps, msg, info) -> None:
+    def _on_image(self, index: int, topic: str, slot: ImageSlot, gaps: SequenceGaps, msg, info) -> None:
         gid = info.get("publisher_gid")                # Kilted on; Jazzy's info lacks it
         lost = 0
         if isinstance(gid, dict):
             lost = gaps.note(bytes(gid["data"]).hex(), info.get("publication_sequence_number"))
-        elif self.count_publishers(slot_topic := self._topic_of(slot)) <= 1:  # one numbering on the topic
-            lost = gaps.note(slot_topic, info.get("publication_sequence_number"))
+        elif self.count_publishers(topic) <= 1:      # one numbering on the topic
+            lost = gaps.note(topic, info.get("publication_sequence_number"))
         now = time.monotonic()
-        self.stats.arrived(lost, now)
+        self.stats.arrived(lost, now, camera=index)
         slot.put(msg, now, time.time_ns())
-
-    def _topic_of(self, slot) -> str:
-        return next(c.topic for c in self.cameras if c.grabber is slot)
 
     def _on_enable(self, request, response):
         result = self.set_parameters([Parameter("enabled", value=bool(request.data))])[0]
@@ -554,7 +564,11 @@ def _print_summary(node, stopped_by: str, out) -> None:
     summary = node.summary
     summary.stopped_by = stopped_by
     print(summary.human(), file=out)
-    print(f"  {node.stats.lost} frames lost on the way (gaps in the publishers' sequence numbers)", file=out)
+    stats = node.stats
+    middleware = ("" if stats.middleware_lost is None else
+                  f", the middleware's message-lost events {sum(stats.middleware_lost.values())}")
+    print(f"  {stats.lost} frames lost on the way (the larger count of: gaps in the publishers' sequence "
+          f"numbers {sum(stats.gap_lost.values())}{middleware})", file=out)
     refused = sum(c.grabber.refused for c in node.cameras)
     if refused:
         print(f"  {refused} frames refused (encoding)", file=out)

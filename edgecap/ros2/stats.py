@@ -17,24 +17,51 @@ OK, WARN, ERROR = 0, 1, 2  # diagnostic_msgs/DiagnosticStatus levels
 
 class NodeStats:
     """A sink of the loop (`add`): captions/s and latencies over the last WINDOW_S seconds;
-    frames lost on the way, in all and over the window."""
+    frames lost on the way, in all and over the window.
 
-    def __init__(self, summary: Summary):
-        self.summary = summary
-        self.lost = 0                              # frames published that never arrived
+    Two counts of lost frames, each short of the truth on its own side, are kept per camera:
+    gaps in the publishers' sequence numbers (`arrived`: every frame published between two
+    that arrived, whether DDS lost it or the reader's history overwrote it, but nothing before
+    the first or after the last frame that arrived) and the middleware's message-lost events
+    (`middleware_lost`: samples DDS saw and lost, a large frame of which only some fragments
+    came among them, the ones after the last arrival included, but not a sample the reader's
+    history overwrote). A camera's loss is the larger of the two."""
+
+    def __init__(self, summary: Summary | None = None):
+        self.summary = summary                      # set before the first window()
+        self.gap_lost: dict[int, int] = {}          # camera -> frames missing between arrivals
+        self.middleware_lost: dict[int, int] | None = None   # camera -> rmw's count; None: no such event
         self._recent: deque[tuple[float, float]] = deque()   # (t_done, capture-to-caption ms)
         self._arrivals: deque[tuple[float, int]] = deque()   # (t, frames lost just before this one)
+        self._middleware: deque[tuple[float, int]] = deque()  # (t, frames the rmw reported lost)
+
+    @property
+    def lost(self) -> int:
+        """Frames published that never arrived: per camera the larger of the two counts."""
+        mw = self.middleware_lost or {}
+        return sum(max(self.gap_lost.get(c, 0), mw.get(c, 0)) for c in {*self.gap_lost, *mw})
 
     def add(self, record: Record) -> None:
         self._recent.append((record.t_done, record.capture_to_caption_ms))
 
-    def arrived(self, lost_before: int, now: float | None = None) -> None:
+    def arrived(self, lost_before: int, now: float | None = None, camera: int = 0) -> None:
         """An image arrived, after `lost_before` frames of its publisher that never did."""
-        self.lost += lost_before
+        self.gap_lost[camera] = self.gap_lost.get(camera, 0) + lost_before
         self._arrivals.append((time.monotonic() if now is None else now, lost_before))
 
+    def counts_middleware_loss(self) -> None:
+        """The rmw reports lost messages (its subscriptions took the message-lost event)."""
+        if self.middleware_lost is None:
+            self.middleware_lost = {}
+
+    def lost_by_middleware(self, count: int, now: float | None = None, camera: int = 0) -> None:
+        """The rmw reported `count` more messages of the camera's topic lost."""
+        self.counts_middleware_loss()
+        self.middleware_lost[camera] = self.middleware_lost.get(camera, 0) + count
+        self._middleware.append((time.monotonic() if now is None else now, count))
+
     def _trim(self, now: float) -> None:
-        for queue in (self._recent, self._arrivals):
+        for queue in (self._recent, self._arrivals, self._middleware):
             while queue and queue[0][0] < now - WINDOW_S:
                 queue.popleft()
 
@@ -49,7 +76,7 @@ class NodeStats:
     def loss_share(self, now: float | None = None) -> float | None:
         """Of the frames published in the window (arrived + lost), the share lost; None before any."""
         self._trim(time.monotonic() if now is None else now)
-        lost = sum(n for _, n in self._arrivals)
+        lost = max(sum(n for _, n in self._arrivals), sum(n for _, n in self._middleware))
         total = len(self._arrivals) + lost
         return lost / total if total else None
 
@@ -65,6 +92,8 @@ class NodeStats:
             ("received", str(grabber.captured)),
             ("dropped", str(grabber.dropped)),
             ("lost", str(self.lost)),
+            ("lost_gaps", str(sum(self.gap_lost.values()))),
+            ("lost_middleware", "-" if self.middleware_lost is None else str(sum(self.middleware_lost.values()))),
             ("lost_share_10s", "-" if loss is None else f"{loss:.2f}"),
             ("skipped", str(grabber.skipped)),
             ("latency_p50_ms", "-" if p50 is None else f"{p50:.1f}"),
