@@ -51,13 +51,14 @@ def frame(index: int, width: int, height: int, seed: int):
     return image, scaled
 
 
-def wait_for_subscribers(node: Node, topic: str, count: int, timeout: float = 30.0) -> None:
+def wait_for_subscribers(node: Node, publisher, count: int, timeout: float = 120.0) -> None:
+    """Until the publisher's DDS writer has matched `count` readers (not only seen them in the graph)."""
     end = time.monotonic() + timeout
-    while node.count_subscribers(topic) < count:
+    while publisher.get_subscription_count() < count:
         if time.monotonic() > end:
-            raise SystemExit(f"ros2_peer: no subscriber on {topic} after {timeout:.0f} s")
+            raise SystemExit(f"ros2_peer: no subscriber on {publisher.topic_name} after {timeout:.0f} s")
         rclpy.spin_once(node, timeout_sec=0.05)
-    time.sleep(0.5)  # the subscriber's side of the match may lag its announcement
+    time.sleep(0.5)  # the reader's side of the match may lag the writer's
 
 
 def publish(args) -> dict:
@@ -69,8 +70,8 @@ def publish(args) -> dict:
     pubs = [node.create_publisher(CompressedImage if compressed else Image, topic,
                                   qos(args.qos, args.depth)) for topic in args.topic]
     det_pub = node.create_publisher(String, args.detections, 10) if args.detections else None
-    for topic in args.topic:
-        wait_for_subscribers(node, topic, args.subscribers)
+    for pub in pubs:
+        wait_for_subscribers(node, pub, args.subscribers)
     sent = []
     period = 1.0 / args.rate
     start = time.monotonic()
@@ -109,16 +110,17 @@ def listen(args) -> dict:
 
     got: dict = {"records": {}, "captions": {}, "annotated": {}, "markers": {}, "diagnostics": {},
                  "diagnostics_log": []}
+    subs = []
     for ns in args.ns:
         for key in ("records", "captions", "annotated", "markers"):
             got[key][ns] = []
-        node.create_subscription(Marker, f"{ns}/edgecap/caption_marker", lambda m, ns=ns: got["markers"][ns].append(
+        subs += [node.create_subscription(Marker, f"{ns}/edgecap/caption_marker", lambda m, ns=ns: got["markers"][ns].append(
             {"stamp_ns": m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec,
-             "frame_id": m.header.frame_id, "text": m.text, "type": m.type}), 100)
-        node.create_subscription(String, f"{ns}/edgecap/record",
-                                 lambda m, ns=ns: got["records"][ns].append(json.loads(m.data)), 100)
-        node.create_subscription(String, f"{ns}/edgecap/caption",
-                                 lambda m, ns=ns: got["captions"][ns].append(m.data), 100)
+             "frame_id": m.header.frame_id, "text": m.text, "type": m.type}), 100),
+                 node.create_subscription(String, f"{ns}/edgecap/record",
+                                          lambda m, ns=ns: got["records"][ns].append(json.loads(m.data)), 100),
+                 node.create_subscription(String, f"{ns}/edgecap/caption",
+                                          lambda m, ns=ns: got["captions"][ns].append(m.data), 100)]
         node.create_subscription(Image, f"{ns}/edgecap/annotated", lambda m, ns=ns: got["annotated"][ns].append(
             {"stamp_ns": m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec,
              "width": m.width, "height": m.height, "encoding": m.encoding}), 100)
@@ -132,20 +134,42 @@ def listen(args) -> dict:
             got["diagnostics_log"].append({"name": status.name, **got["diagnostics"][status.name]})
 
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
-    end = time.monotonic() + 30.0
-    while any(node.count_publishers(f"{ns}/edgecap/record") == 0 for ns in args.ns):
+    end = time.monotonic() + 120.0
+    while any(sub.get_publisher_count() == 0 for sub in subs):   # matched by DDS, not only in the graph
         if time.monotonic() > end:
             raise SystemExit("ros2_peer: the node's publishers never appeared")
         rclpy.spin_once(node, timeout_sec=0.05)
     print("listening", file=sys.stderr, flush=True)
-    end = time.monotonic() + args.seconds
+    end, since = time.monotonic() + args.seconds, None
     while time.monotonic() < end:
         rclpy.spin_once(node, timeout_sec=0.05)
-        if args.until and os.path.exists(args.until):
+        if args.until and since is None and os.path.exists(args.until):
+            since = len(got["diagnostics_log"])
+        if since is not None and _idle(got, since, args.until_level):
             break
         if args.records and sum(len(v) for v in got["records"].values()) >= args.records and _settled(got):
             end = min(end, time.monotonic() + args.after)
     return got
+
+
+def _idle(got: dict, since: int, level: int | None) -> bool:
+    """In the /diagnostics heard after entry `since`: every node has nothing waiting (each frame
+    it received was captioned, dropped, skipped or refused) or is paused, all of them together captioned as
+    many frames as records were heard here, and each is at `level` when one is asked for. So
+    the test's camera has finished and every caption arrived, however slow the machine."""
+    latest = {d["name"]: d for d in got["diagnostics_log"][since:] if d["name"].startswith("edgecap: ")}
+    if not latest:
+        return False
+    captioned = 0
+    for status in latest.values():
+        count = {k: int(status["values"].get(k, 0)) for k in ("received", "captioned", "dropped", "skipped", "refused")}
+        paused = status["values"].get("enabled") == "false"       # what waits is dropped on resuming
+        if not paused and count["received"] != sum(count[k] for k in ("captioned", "dropped", "skipped", "refused")):
+            return False
+        if level is not None and status["level"] != level:
+            return False
+        captioned += count["captioned"]
+    return captioned == sum(len(v) for v in got["records"].values())
 
 
 def _settled(got: dict) -> bool:
@@ -164,7 +188,7 @@ def set_parameters(args) -> dict:
 
     node = Node("ros2_peer_parameters")
     client = node.create_client(SetParameters, f"{args.node}/set_parameters")
-    if not client.wait_for_service(timeout_sec=30.0):
+    if not client.wait_for_service(timeout_sec=120.0):
         raise SystemExit(f"ros2_peer: no {args.node}/set_parameters service")
     results = []
     for item in args.assignments:
@@ -172,7 +196,7 @@ def set_parameters(args) -> dict:
         value = json.loads(text)
         request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
         future = client.call_async(request)
-        rclpy.spin_until_future_complete(node, future, timeout_sec=30.0)
+        rclpy.spin_until_future_complete(node, future, timeout_sec=120.0)
         result = future.result().results[0]
         results.append({"name": name, "successful": result.successful, "reason": result.reason})
     return {"results": results}
@@ -201,7 +225,7 @@ def qos_info(args) -> dict:
     from std_msgs.msg import String
 
     node = Node("ros2_peer_qos")
-    end = time.monotonic() + 30.0
+    end = time.monotonic() + 120.0
     while not node.get_subscriptions_info_by_topic(args.topic) and time.monotonic() < end:
         rclpy.spin_once(node, timeout_sec=0.1)
     subs = [str(i.qos_profile.reliability.name).lower() for i in node.get_subscriptions_info_by_topic(args.topic)]
@@ -227,11 +251,11 @@ def call(args) -> dict:
         flag = items.pop(0) if items and items[0] in ("true", "false") else None
         kind = SetBool if flag is not None else Trigger
         client = node.create_client(kind, name)
-        if not client.wait_for_service(timeout_sec=30.0):
+        if not client.wait_for_service(timeout_sec=120.0):
             raise SystemExit(f"ros2_peer: no {name} service")
         request = SetBool.Request(data=flag == "true") if flag is not None else Trigger.Request()
         future = client.call_async(request)
-        rclpy.spin_until_future_complete(node, future, timeout_sec=30.0)
+        rclpy.spin_until_future_complete(node, future, timeout_sec=120.0)
         response = future.result()
         results.append({"service": name, "success": response.success, "message": response.message})
     return {"results": results}
@@ -246,7 +270,7 @@ def lifecycle(args) -> dict:
     change = node.create_client(ChangeState, f"{args.node}/change_state")
     get = node.create_client(GetState, f"{args.node}/get_state")
     for client in (change, get):
-        if not client.wait_for_service(timeout_sec=30.0):
+        if not client.wait_for_service(timeout_sec=120.0):
             raise SystemExit(f"ros2_peer: no lifecycle services on {args.node}")
     out = []
     for label in args.transitions:
@@ -255,7 +279,7 @@ def lifecycle(args) -> dict:
         future = change.call_async(ChangeState.Request(transition=Transition(id=ids[label])))
         rclpy.spin_until_future_complete(node, future, timeout_sec=60.0)
         state = get.call_async(GetState.Request())
-        rclpy.spin_until_future_complete(node, state, timeout_sec=30.0)
+        rclpy.spin_until_future_complete(node, state, timeout_sec=120.0)
         out.append({"transition": label, "success": future.result().success,
                     "state": state.result().current_state.label})
     return {"transitions": out}
@@ -286,7 +310,9 @@ def main() -> int:
     p.add_argument("--records", type=int, default=0)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--after", type=float, default=1.5, help="keep listening this long after --records")
-    p.add_argument("--until", default="", help="stop as soon as this file exists")
+    p.add_argument("--until", default="", help="once this file exists, stop when every node is idle "
+                   "and every caption was heard (_idle)")
+    p.add_argument("--until-level", type=int, default=None, help="... and every node's diagnostics at this level")
     p = sub.add_parser("set")
     p.add_argument("--node", required=True)
     p.add_argument("assignments", nargs="+")

@@ -68,7 +68,7 @@ class Proc:
         code = self.popen.wait(timeout)
         return code, time.monotonic() - start
 
-    def result(self, timeout: float = 120.0) -> dict:
+    def result(self, timeout: float = 400.0) -> dict:
         code = self.popen.wait(timeout)
         assert code == 0, self.stderr()
         return json.loads(self.stdout().strip().splitlines()[-1])
@@ -97,9 +97,14 @@ class Graph:
                [sys.executable, "-m", "edgecap", "ros2", str(bundle), *managed, *ros])
         return self.spawn(cmd, "node")
 
-    def listen(self, *namespaces, records: int = 0, seconds: float = 40.0, until: str = "") -> Proc:
+    def listen(self, *namespaces, records: int = 0, seconds: float = 40.0, until: str = "",
+               until_level: int | None = None) -> Proc:
+        """The listener: it stops `seconds` after it began (a hang guard), or once `records`
+        records came and the diagnostics counted them, or once the file `until` exists and
+        every node is idle with every caption heard (tests/ros2_peer.py)."""
+        level = [] if until_level is None else ["--until-level", str(until_level)]
         proc = self.spawn([sys.executable, str(PEER), "listen", *(a for ns in namespaces for a in ("--ns", ns)),
-                           "--records", str(records), "--seconds", str(seconds), "--until", until], "listen")
+                           "--records", str(records), "--seconds", str(seconds), "--until", until, *level], "listen")
         proc.wait_for("listening")
         return proc
 
@@ -204,17 +209,20 @@ def test_one_node_captions_two_cameras_as_one_batch(graph, demo_bundle):
     (so with one latency), each camera's captions beside its own topic."""
     from edgecap.runtime.captioner import Captioner
 
+    # every frame kept and captioned (reliable, a queue), so the batches do not depend on the machine's speed
     node = graph.node(demo_bundle, "image_topics:=/front/image_raw,/rear/image_raw", "max_rate:=2",
-                      ns="/")
+                      "qos:=reliable", "queue_depth:=10", ns="/")
     node.wait_for("captioning")
-    listener = graph.listen("/front", "/rear", seconds=8)
+    done = graph.tmp / "done"
+    listener = graph.listen("/front", "/rear", seconds=300, until=str(done))
     sent = graph.peer("publish", "--topic", "/front/image_raw", "--topic", "/rear/image_raw",
-                      "--count", 6, "--rate", 4)["sent"]
+                      "--count", 6, "--rate", 4, "--qos", "reliable")["sent"]
+    done.touch()     # the camera is done: the listener stops once the node has nothing waiting
     got = listener.result()["records"]
     captioner = Captioner.from_bundle(demo_bundle)
     for ns, first in (("/front", 0), ("/rear", 6)):
         stamps = [s["stamp_ns"] for s in sent if s["topic"] == f"{ns}/image_raw"]
-        assert len(got[ns]) >= 2 and all(r["source"] == f"ros2:{ns}/image_raw" for r in got[ns])
+        assert len(got[ns]) == 6 and all(r["source"] == f"ros2:{ns}/image_raw" for r in got[ns])
         for record in got[ns]:
             index = stamps.index(record["header_stamp_ns"])
             assert record["tokens"] == captioner.caption(_frames(first + index, 1, "rgb8"))[0].tokens
@@ -231,12 +239,14 @@ def test_a_transport_stall_then_a_burst_loses_nothing_and_captions_stay_fresh(gr
     newest, so the caption after the burst is of its last frame, not 0.3-0.8 s old."""
     node = graph.node(demo_bundle, "qos:=reliable", "qos_depth:=20", "max_rate:=5.0")
     node.wait_for("captioning")
-    listener = graph.listen("/cam", seconds=25)
+    done = graph.tmp / "done"
+    listener = graph.listen("/cam", seconds=300, until=str(done))
     camera = ("publish", "--topic", "/cam/image_raw", "--encoding", "bgr8", "--qos", "reliable", "--depth", 20,
               "--width", 640, "--height", 480)
     before = graph.peer(*camera, "--count", 5, "--rate", 5)["sent"]
     time.sleep(2.0)                                                           # the stall
     burst = graph.peer(*camera, "--count", 15, "--first", 5, "--rate", 1000, "--linger", 3.0)["sent"]
+    done.touch()
     records = listener.result()["records"]["/cam"]
     stamps = [r["header_stamp_ns"] for r in records]
     assert stamps[-1] == burst[-1]["stamp_ns"], "the last caption is not of the burst's newest frame"
@@ -414,8 +424,10 @@ def test_diagnostics_warn_when_the_camera_stops_and_error_when_nothing_arrives(g
     graph = graph_below
     node = graph.node(demo_bundle, "no_image_warning:=4.0", "stale_periods:=3", "diagnostics_period:=0.25")
     node.wait_for("captioning")
-    listener = graph.listen("/cam", seconds=12)
+    done = graph.tmp / "done"
+    listener = graph.listen("/cam", seconds=300, until=str(done), until_level=2)
     graph.peer("publish", "--topic", "/cam/image_raw", "--count", 20, "--rate", 10)
+    done.touch()     # the listener stops at the first ERROR after the camera is done
     levels = [(d["level"], d["message"]) for d in listener.result()["diagnostics_log"]
               if d["name"] == "edgecap: /cam/edgecap_captioner"]
     # while frames come: OK; after they stop: WARN (last image older than 3 of its periods),
@@ -443,21 +455,32 @@ def test_qos_overrides_take_effect_and_a_late_subscriber_gets_the_last_captions(
 
 
 def test_a_missing_detector_does_not_hold_captions_back(graph_below, demo_bundle):
-    """With no detector publishing, each frame used to wait the full detections_wait. After
-    detections_misses frames in a row without, captions stop waiting, said once."""
+    """With no detector publishing, each frame used to wait the full detections_wait: 10 -> 4.3
+    captions/s. After detections_misses frames in a row without, captions stop waiting, said
+    once. Measured side by side with a node without detections on the same camera feed, so the
+    machine's speed cancels out."""
     graph = graph_below
+    common = ("max_rate:=10", "qos:=reliable")
     node = graph.node(demo_bundle, "detections_topic:=detections", "detections_wait:=1.0",
-                      "detections_misses:=2", "max_rate:=10", "qos:=reliable")
-    node.wait_for("captioning")
-    listener = graph.listen("/cam", seconds=14)
-    graph.peer("publish", "--topic", "/cam/image_raw", "--qos", "reliable", "--count", 60, "--rate", 10)
+                      "detections_misses:=2", *common)
+    plain = graph.node(demo_bundle, *common, ns="/plain")
+    for n in (node, plain):
+        n.wait_for("captioning")
+    done = graph.tmp / "done"
+    listener = graph.listen("/cam", "/plain", seconds=300, until=str(done))
+    graph.peer("publish", "--topic", "/cam/image_raw", "--topic", "/plain/image_raw", "--qos", "reliable",
+               "--count", 60, "--rate", 10)
+    done.touch()
     got = listener.result()
-    # waiting 1 s a frame would caption at most 6 of the 6 s of frames; not waiting, many more
-    assert len(got["records"]["/cam"]) >= 9, len(got["records"]["/cam"])
+    # waiting 1 s a frame: one caption a second, against up to ten without detections
+    captions, without = len(got["records"]["/cam"]), len(got["records"]["/plain"])
+    print(f"captions of 60 frames: {captions} with a missing detector, {without} without detections")
+    assert captions >= 0.5 * without, (captions, without)
     assert "no detections matched the last 2 frames" in node.stderr()
     values = got["diagnostics"]["edgecap: /cam/edgecap_captioner"]["values"]
     assert values["detections_waiting"] == "false" and values["detections_matched_share"] == "0.00"
     _stopped_cleanly(node, signal.SIGTERM)
+    _stopped_cleanly(plain, signal.SIGTERM)
 
 
 def test_the_enable_and_caption_now_services(graph_below, demo_bundle):
@@ -465,7 +488,7 @@ def test_the_enable_and_caption_now_services(graph_below, demo_bundle):
     node = graph.node(demo_bundle, "qos:=reliable", "max_rate:=10")
     node.wait_for("captioning")
     done = graph.tmp / "done"
-    listener = graph.listen("/cam", seconds=120, until=str(done))
+    listener = graph.listen("/cam", seconds=300, until=str(done))
     [paused] = graph.peer("call", "/cam/edgecap/enable", "false")["results"]
     assert paused["success"] and paused["message"] == "paused"
     camera = graph.spawn([sys.executable, str(PEER), "publish", "--topic", "/cam/image_raw", "--qos", "reliable",
@@ -492,7 +515,7 @@ def test_lifecycle_transitions(graph_below, demo_bundle):
     steps = graph.peer("lifecycle", "--node", "/cam/edgecap_captioner", "configure")["transitions"]
     assert steps == [{"transition": "configure", "success": True, "state": "inactive"}]
     done = graph.tmp / "done"
-    listener = graph.listen("/cam", seconds=120, until=str(done))
+    listener = graph.listen("/cam", seconds=300, until=str(done))
     graph.peer("publish", "--topic", "/cam/image_raw", "--qos", "reliable", "--count", 2, "--rate", 4)
     steps = graph.peer("lifecycle", "--node", "/cam/edgecap_captioner", "activate")["transitions"]
     assert steps == [{"transition": "activate", "success": True, "state": "active"}]
