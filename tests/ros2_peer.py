@@ -51,10 +51,11 @@ def frame(index: int, width: int, height: int, seed: int):
     return image, scaled
 
 
-def wait_for_subscribers(node: Node, publisher, count: int, timeout: float = 120.0) -> None:
-    """Until the publisher's DDS writer has matched `count` readers (not only seen them in the graph)."""
+def wait_for_subscribers(node: Node, publisher, count: int, graph_only: bool = False, timeout: float = 120.0) -> None:
+    """Until the publisher's DDS writer has matched `count` readers (not only seen them in the
+    graph); `graph_only`: until the graph has them (a subscriber of another type never matches)."""
     end = time.monotonic() + timeout
-    while publisher.get_subscription_count() < count:
+    while (node.count_subscribers(publisher.topic_name) if graph_only else publisher.get_subscription_count()) < count:
         if time.monotonic() > end:
             raise SystemExit(f"ros2_peer: no subscriber on {publisher.topic_name} after {timeout:.0f} s")
         rclpy.spin_once(node, timeout_sec=0.05)
@@ -71,7 +72,7 @@ def publish(args) -> dict:
                                   qos(args.qos, args.depth)) for topic in args.topic]
     det_pub = node.create_publisher(String, args.detections, 10) if args.detections else None
     for pub in pubs:
-        wait_for_subscribers(node, pub, args.subscribers)
+        wait_for_subscribers(node, pub, args.subscribers, args.graph_only)
     sent = []
     period = 1.0 / args.rate
     start = time.monotonic()
@@ -305,6 +306,7 @@ def main() -> int:
     p.add_argument("--detect-every", type=int, default=1)
     p.add_argument("--detect-offset-ns", type=int, default=0)
     p.add_argument("--linger", type=float, default=0.5)
+    p.add_argument("--graph-only", action="store_true", help="wait for subscribers in the graph, not matched ones")
     p = sub.add_parser("listen")
     p.add_argument("--ns", action="append", default=[])
     p.add_argument("--records", type=int, default=0)
