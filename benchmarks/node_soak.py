@@ -9,7 +9,8 @@ This process is the camera (raw frames of the synthetic world, and their detecti
 runs in its own process, as on a robot, on its own ROS_DOMAIN_ID on localhost. Every
 `--sample` seconds it records frames sent, frames the node received (its diagnostics), captions
 and their capture-to-caption latency, frames lost on the way, and the node's RSS; at the end it
-stops the node with SIGTERM and times the exit. Writes soak.json and soak.png to --out.
+stops the node with SIGTERM and times the exit. Each sample also holds the host's 1-minute load
+average: on a shared machine latency and loss follow it. Writes soak.json and soak.png to --out.
 """
 
 from __future__ import annotations
@@ -164,7 +165,8 @@ def run(args, bundle: Path, out: Path) -> dict:
                             "received": int(values.get("received", 0)), "lost": int(values.get("lost", 0)),
                             "dropped": int(values.get("dropped", 0)), "rss_mb": rss_mb(node.pid),
                             "latency_p50_ms": percentile(latencies, 50), "latency_p95_ms": percentile(latencies, 95),
-                            "detections_matched_share": values.get("detections_matched_share")})
+                            "detections_matched_share": values.get("detections_matched_share"),
+                            "load_1min": os.getloadavg()[0]})
             print(json.dumps(samples[-1]), flush=True)
     time.sleep(2.0)
     stop_start = time.monotonic()
@@ -183,7 +185,8 @@ def plot(samples: list[dict], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     t = [s["t_s"] / 60 for s in samples]
-    fig, axes = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
+    loaded = all("load_1min" in s for s in samples)   # runs before it was recorded have no load panel
+    fig, axes = plt.subplots(4 if loaded else 3, 1, figsize=(8, 10 if loaded else 8), sharex=True)
     axes[0].plot(t, [s["rss_mb"] for s in samples])
     axes[0].set_ylabel("node RSS (MB)")
     axes[1].plot(t, [s["latency_p50_ms"] for s in samples], label="p50")
@@ -193,8 +196,11 @@ def plot(samples: list[dict], path: Path) -> Path:
     axes[2].plot(t, [s["sent"] - s["received"] for s in samples], label="sent - received")
     axes[2].plot(t, [s["lost"] for s in samples], label="lost (sequence gaps)")
     axes[2].set_ylabel("frames")
-    axes[2].set_xlabel("minutes")
     axes[2].legend()
+    if loaded:   # a shared machine: latency and loss follow its load
+        axes[3].plot(t, [s["load_1min"] for s in samples])
+        axes[3].set_ylabel("host load (1 min)")
+    axes[-1].set_xlabel("minutes")
     fig.suptitle("edgecap ros2 soak")
     return save_png(fig, path)
 
