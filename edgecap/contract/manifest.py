@@ -41,6 +41,7 @@ MANIFEST_NAME = "manifest.json"
 
 ROLES = ("visual", "encoder", "decoder_step")
 ENGINES = ("onnxruntime", "tensorrt")
+TENSORRT_DISTRIBUTIONS = ("tensorrt", "tensorrt-rtx")  # edgecap.runtime.tensorrt_dist
 PRECISIONS = ("fp32", "fp16", "int8")
 DTYPES = ("float32", "float16", "int64", "int32", "bool", "int8", "uint8")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
@@ -111,24 +112,33 @@ class TensorSpec:
 
 @dataclass
 class TensorRTInfo:
-    """What a TensorRT engine was built for; an engine only runs where these match."""
+    """What a TensorRT engine was built with and for; an engine only runs where these match."""
 
     version: str
-    gpu: str
-    compute_capability: str  # "8.7"
+    gpu: str  # the GPU it was built on ("" for TensorRT for RTX built without one)
+    compute_capability: str  # "8.7": the GPU's; TensorRT for RTX: the lowest of compute_capabilities
     workspace_mb: int = 0
     int8_mode: str = ""  # "", "calibrator" or "qdq"
     fp32_layers: int = 0  # normalisation layers pinned to fp32 in an fp16 / int8 build
+    distribution: str = "tensorrt"  # "tensorrt" or "tensorrt-rtx" (TensorRT for RTX)
+    compute_capabilities: list[str] = field(default_factory=list)  # every one the engine runs on
 
     @classmethod
     def from_dict(cls, data: dict, where: str) -> TensorRTInfo:
+        cc = _need(data, "compute_capability", str, where)
+        ccs = _opt(data, "compute_capabilities", list, where, [cc])
+        if not ccs or not all(isinstance(c, str) and re.fullmatch(r"\d+\.\d+", c) for c in ccs):
+            raise ManifestError(f"{where}.compute_capabilities: {ccs!r:.60}, expected a list like [\"8.6\", \"8.9\"]")
         return cls(
             version=_need(data, "version", str, where),
             gpu=_need(data, "gpu", str, where),
-            compute_capability=_need(data, "compute_capability", str, where),
+            compute_capability=cc,
             workspace_mb=_opt(data, "workspace_mb", int, where, 0),
             int8_mode=_opt(data, "int8_mode", str, where, ""),
             fp32_layers=_opt(data, "fp32_layers", int, where, 0),
+            distribution=_choice(_opt(data, "distribution", str, where, "tensorrt"), TENSORRT_DISTRIBUTIONS,
+                                 f"{where}.distribution"),
+            compute_capabilities=list(ccs),
         )
 
 

@@ -52,7 +52,7 @@ def versions() -> dict:
     import importlib.metadata as md
 
     out = {"python": platform.python_version()}
-    for name in ("edgecap", "torch", "onnx", "onnxruntime", "onnxscript", "tensorrt"):
+    for name in ("edgecap", "torch", "onnx", "onnxruntime", "onnxscript", "tensorrt", "tensorrt_rtx"):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
@@ -66,13 +66,15 @@ def _progress(total: int, enabled: bool):
     return progress_bar(total=total, desc="export", unit="step", leave=False, quiet=not enabled)
 
 
-def _check(path: Path, checks: dict, trt: bool, ranges: dict | None = None, run_polygraphy: bool = False) -> None:
-    """Record in the manifest's `checks` what TensorRT would make of the graph at `path`; when
-    building engines, refuse a graph it cannot build."""
+def _check(path: Path, checks: dict, trt: bool, ranges: dict | None = None, run_polygraphy: bool = False,
+           tensorrt: str = "auto") -> None:
+    """Record in the manifest's `checks` what TensorRT's parser (edgecap's list where no TensorRT
+    imports) makes of the graph at `path`; when building engines, refuse a graph it cannot build."""
     from edgecap.export import compat
 
-    report = compat.check_file(path, ranges, run_polygraphy=run_polygraphy)
-    checks[path.name] = {"tensorrt_compatible": report.ok, "problems": report.problems}
+    report = compat.check_file(path, ranges, run_polygraphy=run_polygraphy, tensorrt=tensorrt)
+    checks[path.name] = {"tensorrt_compatible": report.ok, "problems": report.problems,
+                         "checked_by": report.checked_by}
     if trt:
         compat.require_compatible([report])
 
@@ -93,6 +95,13 @@ class ExportState:
     checks: dict = field(default_factory=dict)
     feeds: dict | None = None  # calibration inputs per graph role, recorded from the fp32 bundle
     front_int8: dict | None = None  # the static-int8 front end's record (edgecap.export.front_int8)
+    out: Path | None = None  # the bundle directory it becomes (TensorRT's timing cache goes beside it)
+    progress: bool = False
+
+    @property
+    def tensorrt(self) -> str:
+        """The distribution whose parser checks the graphs: the one building engines, else any."""
+        return _distribution(self.settings).name if self.trt else "auto"
 
     @property
     def trt(self) -> bool:
@@ -122,14 +131,23 @@ class ExportState:
         return [tuple(x.numpy() for x in b) for b in self.inputs.batches]
 
 
+def _distribution(settings: ExportSettings):
+    """The TensorRT distribution --tensorrt names (auto: tensorrt, else tensorrt_rtx)."""
+    from edgecap.runtime.tensorrt_dist import choose
+
+    return choose(settings.tensorrt, "--engine trt")
+
+
 def _require_engine(settings: ExportSettings) -> None:
-    """A missing or unsupported TensorRT (or other engine library), said before any work."""
+    """A missing or unsupported TensorRT (or other engine library), or an option the installed
+    one cannot honour, said before any work."""
     fmt = settings.format
     if fmt.name == "trt":
-        from edgecap.export.tensorrt import require_int8_mode
-        from edgecap.runtime.engines import tensorrt_module
+        from edgecap.export.tensorrt import require_options
+        from edgecap.runtime.tensorrt_dist import load
 
-        require_int8_mode(tensorrt_module("--engine trt"), settings.int8_mode if settings.precision == "int8" else "qdq")
+        trt = load(_distribution(settings), "--engine trt")
+        require_options(trt, settings.precision, settings.int8_mode, settings.timing_cache)
     elif fmt.requires != "onnxruntime":
         require(fmt.requires, fmt.extra, f"--engine {fmt.name}")
 
@@ -174,7 +192,7 @@ def _export_graphs(s: ExportState) -> None:
     for g in s.graphs:
         s.bar.set_postfix_str(f"onnx {g.role}")
         infos[g.role] = export_graph(g, s.tmp / f"{g.role}.onnx", s.settings.opset, s.settings.exporter)
-        _check(s.tmp / f"{g.role}.onnx", s.checks, s.trt, ranges, run_polygraphy=s.trt)
+        _check(s.tmp / f"{g.role}.onnx", s.checks, s.trt, ranges, run_polygraphy=s.trt, tensorrt=s.tensorrt)
         s.bar.update()
     s.manifest = _new_manifest(s, infos)
 
@@ -232,7 +250,7 @@ def _reduce_precision(s: ExportState) -> None:
         entry.sha256 = sha256_file(s.tmp / entry.file)
         # the checks describe the graph the bundle holds: dynamic int8's integer MatMuls
         # and weight-only's contrib ops are not TensorRT's
-        _check(s.tmp / entry.file, s.checks, s.trt)
+        _check(s.tmp / entry.file, s.checks, s.trt, tensorrt=s.tensorrt)
 
 
 def _reduce_graph(s: ExportState, entry: GraphEntry) -> str:
@@ -244,7 +262,8 @@ def _reduce_graph(s: ExportState, entry: GraphEntry) -> str:
         return _quantize_front_end(s, path)
     if s.onnx_precision == "fp16":
         return convert_fp16(path, path)
-    return quantize_int8(path, path, graph_mode(s.onnx_quantize, entry.role), (s.feeds or {}).get(entry.role))
+    return quantize_int8(path, path, graph_mode(s.onnx_quantize, entry.role), (s.feeds or {}).get(entry.role),
+                         quantize_bias=not s.trt)  # TensorRT's QDQ keeps biases float
 
 
 def _quantize_front_end(s: ExportState, path: Path) -> str:
@@ -258,16 +277,17 @@ def _quantize_front_end(s: ExportState, path: Path) -> str:
 
 def _build_engines(s: ExportState) -> None:
     """TensorRT engines beside their ONNX source."""
-    from edgecap.export.tensorrt import build_engine, engine_name
+    from edgecap.export.tensorrt import build_engine, engine_name, timing_cache_path
 
-    settings = s.settings
-    cache = Path(settings.timing_cache) if settings.timing_cache else None
+    settings, dist = s.settings, _distribution(s.settings)
+    cache = timing_cache_path(settings, s.out or s.tmp, dist)
     for entry in list(s.manifest.graphs):
         s.bar.set_postfix_str(f"tensorrt {entry.role}")
         rows = settings.batch * (settings.beam if entry.role == "decoder_step" else 1)
         name = engine_name(entry.role, rows, settings.precision)
-        info = build_engine(s.tmp / entry.file, s.tmp / name, settings.precision, settings.workspace, cache,
-                            settings.int8_mode, (s.feeds or {}).get(entry.role))
+        info = build_engine(s.tmp / entry.file, s.tmp / name, settings.precision, dist, settings.workspace, cache,
+                            settings.int8_mode, (s.feeds or {}).get(entry.role), source_entry=entry,
+                            progress=s.progress)
         s.manifest.graphs.append(GraphEntry.of_file(entry.role, name, s.tmp, "tensorrt", settings.precision,
                                                     entry.inputs, entry.outputs, entry.opset,
                                                     source=entry.file, tensorrt=info))
@@ -285,11 +305,16 @@ def _gate_parity(s: ExportState) -> None:
 
 
 def _engine_parity(s: ExportState, engine: str) -> dict:
+    from edgecap.export.tensorrt import engines_not_run
     from edgecap.export.verify import parity_gate, require_parity
     from edgecap.runtime.session import Bundle
 
-    bundle = Bundle.load(s.tmp, providers=["CPUExecutionProvider"], engine=engine)
     precision = s.settings.precision if engine == "tensorrt" else s.onnx_precision
+    if engine == "tensorrt":
+        not_run = engines_not_run(s.manifest, s.tmp, precision, s.out)
+        if not_run is not None:
+            return not_run
+    bundle = Bundle.load(s.tmp, providers=["CPUExecutionProvider"], engine=engine)
     report = parity_gate(s.spec, bundle, s.inputs, precision, s.ckpt.vocab)
     if precision == "int8":  # which int8: onnxruntime's quantization or TensorRT's int8 mode
         report["quantize"] = s.settings.int8_mode if engine == "tensorrt" else s.onnx_quantize
@@ -321,7 +346,7 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
     graphs = spec.graphs()
     steps = len(graphs) * (2 if settings.format.name == "trt" else 1) + 2
     with atomic_dir(out, BUNDLE, force=settings.force) as tmp, _progress(steps, progress) as bar:
-        state = ExportState(checkpoint, settings, ckpt, spec, inputs, graphs, tmp, bar)
+        state = ExportState(checkpoint, settings, ckpt, spec, inputs, graphs, tmp, bar, out=out, progress=progress)
         for step, taken in _steps(state):
             if taken:
                 step(state)

@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", help="onnx int8: dynamic | static | weight-only (default dynamic)")
     parser.add_argument("--calibration", help="onnx int8: folder of images calibrating a convolutional front end's "
                                               "static int8 (default: synthetic-world frames)")
+    parser.add_argument("--tensorrt", help="trt: which TensorRT builds: tensorrt (Jetson, datacenter GPUs) | tensorrt-rtx "
+                                           "(TensorRT for RTX: RTX GPUs, builds without one) | auto (default: "
+                                           "tensorrt when it imports, else tensorrt-rtx)")
     parser.add_argument("--workspace", type=SIZES["workspace"], help="trt: builder workspace limit in MiB (default 1024)")
     parser.add_argument("--timing-cache", dest="timing_cache", help="trt: timing cache file, reused across builds")
     parser.add_argument("--int8-mode", dest="int8_mode", help="trt int8: qdq (explicit) | calibrator (default qdq)")
@@ -46,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 OPTION_KEYS = ("engine", "target", "batch", "beam", "precision", "opset", "exporter", "samples", "data",
-               "quantize", "calibration", "workspace", "timing_cache", "int8_mode", "frontend", "visual_weights", "image_size",
+               "quantize", "calibration", "tensorrt", "workspace", "timing_cache", "int8_mode", "frontend", "visual_weights", "image_size",
                "out", "force")
 
 
@@ -55,6 +58,9 @@ def _summary(result) -> list[str]:
     lines = [f"wrote {result.path}{where}"]
     random_inputs = False
     for engine, p in result.parity.items():
+        if p.get("ran") is False:
+            lines.append(f"  parity {engine} {p['precision']}: not run here: {p['reason']}")
+            continue
         parts = [f"beam {p['beam_identical']:.0%} identical on {p['samples']} inputs"]
         if "greedy_identical" in p:
             parts.insert(0, f"greedy {p['greedy_identical']:.0%}")

@@ -50,6 +50,7 @@ class RunSettings:
     pace: str | None = None
     source_fps: float | None = None
     providers: list[str] | None = None
+    engine: str = "auto"                          # the bundle's TensorRT engines or its ONNX graphs
     threads: int = 0
     spin: bool = True
     quiet: bool = False
@@ -153,6 +154,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--providers", default=None,
                         help="onnxruntime execution providers, comma-separated "
                              "(default: the best installed, e.g. TensorRT, CUDA, CPU)")
+    parser.add_argument("--engine", choices=("auto", "onnxruntime", "tensorrt"), default=None,
+                        help="run the bundle's TensorRT engines or its ONNX graphs (default auto: the "
+                             "engines when the bundle has them and their TensorRT imports)")
     parser.add_argument("--threads", type=THREADS, default=None, metavar="N",
                         help="onnxruntime intra-op threads (default 0: onnxruntime decides)")
     parser.add_argument("--spin", action=argparse.BooleanOptionalAction, default=None,
@@ -506,7 +510,7 @@ def run(args) -> int:
     settings = settings_from_args(args)
     _check(settings)
     captioner = Captioner.from_bundle(settings.bundle, providers=settings.providers,
-                                      threads=settings.threads, spin=settings.spin)
+                                      threads=settings.threads, spin=settings.spin, engine=settings.engine)
     frontend = captioner.bundle.manifest.frontend or {}
     if frontend.get("weights") == "random":
         from edgecap.errors import random_front_end, warn
