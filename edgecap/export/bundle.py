@@ -49,14 +49,20 @@ def default_out(checkpoint: Path, s: ExportSettings) -> Path:
 
 
 def versions() -> dict:
+    import importlib
     import importlib.metadata as md
 
+    from edgecap.runtime.tensorrt_dist import DISTRIBUTIONS, installed
+
     out = {"python": platform.python_version()}
-    for name in ("edgecap", "torch", "onnx", "onnxruntime", "onnxscript", "tensorrt", "tensorrt_rtx"):
+    for name in ("edgecap", "torch", "onnx", "onnxruntime", "onnxscript"):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
             continue
+    for dist in DISTRIBUTIONS.values():  # the modules' own versions: their wheels' names carry the CUDA major
+        if installed(dist):
+            out[dist.name] = getattr(importlib.import_module(dist.module), "__version__", "unknown")
     return out
 
 

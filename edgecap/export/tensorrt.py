@@ -120,22 +120,24 @@ def _progress_monitor(trt, bar):
     class BuildProgress(trt.IProgressMonitor):
         def __init__(self):
             super().__init__()
-            self.top = None
-            self.phases: list[str] = []
+            self.top, self.steps, self.done = None, 0, 0
 
         def phase_start(self, phase_name, parent_phase, num_steps):
-            self.phases.append(phase_name)
             if parent_phase is None:
-                self.top = phase_name
+                self.top, self.steps, self.done = phase_name, num_steps, 0
                 bar.reset(total=num_steps)
             bar.set_postfix_str(phase_name, refresh=False)
 
         def step_complete(self, phase_name, step):
             if phase_name == self.top:
+                self.done += 1
                 bar.update()
             return True  # never cancel the build
 
         def phase_finish(self, phase_name):
+            if phase_name == self.top and self.done < self.steps:  # TensorRT may finish a phase early
+                bar.update(self.steps - self.done)
+                self.done = self.steps
             bar.refresh()
 
     return BuildProgress()
@@ -335,7 +337,7 @@ def build_engine(onnx_path: Path, engine_path: Path, precision: str, dist: Distr
     if problems:
         raise EdgecapError(f"{dist.title} cannot parse {onnx_path.name}: {'; '.join(problems[:3])}")
     if source_entry is not None:
-        check_io_table(network_bindings(trt, network), source_entry, onnx_path, "network TensorRT builds")
+        check_io_table(network_bindings(trt, network), source_entry, onnx_path, "parsed network")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb) << 20)
     cache = _use_timing_cache(config, timing_cache) if timing_cache is not None and dist.cache == "timing" else None
