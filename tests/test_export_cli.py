@@ -1,6 +1,5 @@
 """`edgecap export`: presets, the printed run command, int8 parity, and every refusal."""
 
-import importlib.util
 import json
 import shlex
 from pathlib import Path
@@ -11,8 +10,6 @@ import torch
 from edgecap.contract.manifest import FORMAT_VERSION, load_manifest
 from edgecap.export.specs.transformer import TransformerSpec
 from tests._export_util import save_tiny
-
-HAS_TRT = importlib.util.find_spec("tensorrt") is not None
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +167,9 @@ def test_weight_only_int8_writes_matmulnbits_that_tensorrt_refuses(run_cli, ckpt
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         assert node.domain == "com.microsoft" and (attrs["bits"], attrs["accuracy_level"]) == (8, 4), attrs
     check = m.checks["decoder_step.onnx"]
-    assert not check["tensorrt_compatible"] and "com.microsoft::MatMulNBits" in check["problems"][0], check
+    # judged by TensorRT's own parser where one imports (edgecap's op list elsewhere), with the hint
+    assert not check["tensorrt_compatible"] and "MatMulNBits" in check["problems"][0], check
+    assert "weight-only" in check["problems"][0], check
     # the encoder runs on every region at once, where dynamic int8 is the faster int8
     encoder = onnx.load(str(out / "encoder.onnx")).graph
     assert len([n for n in encoder.node if n.op_type == "MatMulInteger"]) == len(_linear_layers(fp32.path / "encoder.onnx"))
@@ -178,13 +177,13 @@ def test_weight_only_int8_writes_matmulnbits_that_tensorrt_refuses(run_cli, ckpt
     assert _slots_stay_float(out / "encoder.onnx")
 
     code, _, err = run_cli("export", out, "--engine", "trt", "--force")
-    _one_line_error(code, err, "not TensorRT-compatible", "decoder_step.onnx: op com.microsoft::MatMulNBits",
+    _one_line_error(code, err, "not TensorRT-compatible", "decoder_step.onnx: ", "MatMulNBits",
                     "weight-only", "export the checkpoint with --engine trt")
     assert load_manifest(out).parity == m.parity  # the bundle is left as it was
     # a dynamic int8 bundle's integer MatMuls are no TensorRT ops either
     dynamic = export(ckpt, tmp_path / "dynamic", precision="int8")
     code, _, err = run_cli("export", dynamic.path, "--engine", "trt", "--force")
-    _one_line_error(code, err, "not TensorRT-compatible", "encoder.onnx: op DynamicQuantizeLinear", "(+1 more)")
+    _one_line_error(code, err, "not TensorRT-compatible", "encoder.onnx: ", "DynamicQuantizeLinear")
 
 
 @pytest.mark.parametrize("family", ["updown", "m2"])
@@ -334,10 +333,12 @@ def test_failed_export_with_force_keeps_the_old_bundle(run_cli, ckpt, tmp_path, 
     assert (out / "manifest.json").read_text() == before
 
 
-@pytest.mark.skipif(HAS_TRT, reason="tensorrt is installed here")
-def test_trt_without_tensorrt_is_one_line(run_cli, ckpt, tmp_path):
+def test_trt_without_tensorrt_is_one_line(run_cli, ckpt, tmp_path, monkeypatch):
+    from edgecap.runtime import tensorrt_dist
+
+    monkeypatch.setattr(tensorrt_dist, "installed", lambda dist: False)  # a machine with neither TensorRT
     code, _, err = run_cli("export", ckpt, "--engine", "trt", "--out", tmp_path / "b")
-    _one_line_error(code, err, "tensorrt is not installed", "edgecap[trt]")
+    _one_line_error(code, err, "no TensorRT is installed (--engine trt)", "edgecap[trt]", "edgecap[trt-rtx]")
     _no_leftovers(tmp_path, "b")
 
 

@@ -239,11 +239,12 @@ def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_pa
     from edgecap.export.formats import resolve_settings
     from edgecap.runtime.session import Bundle
 
-    def fake_engine(onnx_path, engine_path, *args):
+    def fake_engine(onnx_path, engine_path, *args, **kwargs):
         engine_path.write_bytes(onnx_path.read_bytes())
         return {"version": "10.0", "gpu": "test", "compute_capability": "8.7", "workspace_mb": 1, "int8_mode": ""}
 
     monkeypatch.setattr(tensorrt, "build_engine", fake_engine)
+    monkeypatch.setattr(tensorrt, "parser_problems", lambda *a: [])  # the stand-in has no parser
     fake_trt = types.ModuleType("tensorrt")  # importable, a supported release, never called
     fake_trt.__version__ = "10.3.0"
     monkeypatch.setitem(sys.modules, "tensorrt", fake_trt)
