@@ -1,6 +1,7 @@
 # Two commands for a fresh machine: `make demo` and `make test`.
 # Both create .venv when missing and install edgecap with every extra that
-# works on a CPU-only machine (ros2: rclpy wheels, for the live ROS 2 node tests).
+# works on a CPU-only machine (ros2: rclpy wheels, for the live ROS 2 node tests; trt-rtx:
+# TensorRT for RTX, whose builder needs no GPU, so the tests build real engines).
 # torch is installed first, pinned to the build that lies on disk (see
 # constraints.txt), so pip never resolves another torch.
 PYTHON ?= python3
@@ -22,7 +23,7 @@ $(PY):
 
 $(STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PIP) install --quiet -c constraints.txt torch==2.14.1 torchvision==0.29.1
-	$(PIP) install --quiet -c constraints.txt -e ".[train,nlp,eval,ros,ros2,rerun,coco,dev]"
+	$(PIP) install --quiet -c constraints.txt -e ".[train,nlp,eval,ros,ros2,rerun,coco,dev,trt-rtx]"
 	touch $(STAMP)
 
 install: $(STAMP)

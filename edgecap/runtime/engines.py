@@ -440,6 +440,7 @@ class TrtGraph:
         if self.runtime_cache is not None:
             self.save_runtime_cache()
 
+    @trt_apis(*RTX_RELEASES)
     def save_runtime_cache(self) -> None:
         """Write the kernels TensorRT for RTX compiled for this engine beside the bundle, once,
         after its first run; a folder that cannot be written is said once, never fatal."""

@@ -67,6 +67,16 @@ RTX_RELEASES = TENSORRT_RTX.releases
 IMPLICIT_INT8_RELEASES = tuple(f"tensorrt-{m}" for m in TENSORRT.implicit_int8_majors)
 
 
+def trt_apis(*releases: str):
+    """Mark a function whose TensorRT calls exist on these API releases only ('tensorrt-10',
+    'tensorrt-rtx-1', ...): the offline API check (benchmarks/_trt_api.py) checks its uses
+    against those releases alone."""
+    def mark(fn):
+        fn.trt_apis = releases
+        return fn
+    return mark
+
+
 def tensorrt_major(version: str) -> int:
     match = re.match(r"(\d+)\.", str(version))
     return int(match.group(1)) if match else -1
@@ -126,6 +136,7 @@ def release_of(module) -> str:
     return of_module(module).release(getattr(module, "__version__", ""))
 
 
+@trt_apis(*RTX_RELEASES)
 def compute_capabilities(trt) -> list[str]:
     """The compute capabilities a TensorRT for RTX build targets: every one its
     ComputeCapability enum names from `lowest_cc` on ('8.0', '8.6', ...)."""
@@ -135,13 +146,3 @@ def compute_capabilities(trt) -> list[str]:
         if match and (int(match.group(1)), int(match.group(2))) >= TENSORRT_RTX.lowest_cc:
             found.append((int(match.group(1)), int(match.group(2))))
     return [f"{major}.{minor}" for major, minor in sorted(found)]
-
-
-def trt_apis(*releases: str):
-    """Mark a function whose TensorRT calls exist on these API releases only ('tensorrt-10',
-    'tensorrt-rtx-1', ...): the offline API check (benchmarks/_trt_api.py) checks its uses
-    against those releases alone."""
-    def mark(fn):
-        fn.trt_apis = releases
-        return fn
-    return mark
