@@ -413,3 +413,61 @@ def test_trt_fp16_builds_a_vit_visual_graph_with_fp32_layer_norms(tmp_path):
     report = result.parity["tensorrt"]
     assert report["max_abs_delta"]["visual"] < 0.05 * max(1.0, report["feature_scale"])
     assert "visual_beam_identical" in report
+
+
+def test_tensorrt_for_rtx_verdict_and_runtime_cache_without_a_gpu(tmp_path, capsys):
+    """What the runner does with TensorRT for RTX's own calls, over stand-ins of them (they need a
+    GPU): an invalid plan is one line with the reasons in words; the runtime cache is read from
+    beside the bundle, a cache for another machine is said once, and a folder that cannot be
+    written is said once, never fatal."""
+    import types
+
+    from edgecap.runtime import engines
+
+    flags = types.SimpleNamespace(VERSION_MISMATCH=1, UNSUPPORTED_CC=2, OLD_CUDA_DRIVER=4, OLD_CUDA_RUNTIME=8,
+                                  INSUFFICIENT_GPU_MEMORY=16, MALFORMED_ENGINE=32, CUDA_ERROR=64)
+    trt = types.SimpleNamespace(__version__="1.7.1.116", EngineInvalidityDiagnostics=flags,
+                                EngineValidity=types.SimpleNamespace(VALID=0, INVALID=2))
+    runtime = types.SimpleNamespace(get_engine_validity=lambda plan: (2, 2 | 4))
+    with pytest.raises(ManifestError, match=r"^TensorRT for RTX 1.7.1.116 cannot run e.engine here: it was not built "
+                                            r"for this GPU's compute capability; the CUDA driver is too old; rebuild"):
+        engines.check_engine_validity(trt, runtime, b"plan", tmp_path / "e.engine", tmp_path / "bundle")
+    engines.check_engine_validity(trt, types.SimpleNamespace(get_engine_validity=lambda plan: (0, 0)), b"plan",
+                                  tmp_path / "e.engine", tmp_path / "bundle")
+
+    class Cache:
+        def __init__(self):
+            self.loaded = None
+
+        def deserialize(self, blob):
+            self.loaded = blob
+            return blob == b"ours"
+
+        def serialize(self):
+            return b"compiled kernels"
+
+    class Config:
+        def create_runtime_cache(self):
+            self.cache = Cache()
+            return self.cache
+
+        def set_runtime_cache(self, cache):
+            self.set = cache
+
+    engine = types.SimpleNamespace(create_runtime_config=Config)
+    path = engines.runtime_cache_path(tmp_path / "bundle", "visual.b1.fp16.engine")
+    assert path == tmp_path / "bundle.runtime-cache" / "visual.b1.fp16.engine.cache"
+    config, cache = engines.open_runtime_cache(engine, path)
+    assert config.set is cache and cache.loaded is None  # no file yet: a fresh cache
+    path.parent.mkdir()
+    path.write_bytes(b"another GPU's")
+    engines.open_runtime_cache(engine, path)
+    assert "written for another GPU, driver or TensorRT for RTX" in capsys.readouterr().err
+
+    graph = object.__new__(engines.TrtGraph)  # the runner's save, without a GPU to open one
+    graph.runtime_cache, graph.runtime_cache_file = cache, path
+    graph.save_runtime_cache()
+    assert path.read_bytes() == b"compiled kernels" and graph.runtime_cache is None  # once
+    graph.runtime_cache, graph.runtime_cache_file = Cache(), tmp_path / "no" / "such" / "x.cache"
+    graph.save_runtime_cache()
+    assert "cannot keep TensorRT for RTX's runtime cache" in capsys.readouterr().err
