@@ -14,7 +14,17 @@ PYTEST_ARGS ?=
 JS       := tests/js
 JS_STAMP := $(JS)/node_modules/.package-lock.json
 
-.PHONY: demo test install js lint clean-venv
+# Tests whose numbers come from torch's CPU kernels (training, decoding, export parity) run a
+# second time on the most different floating-point path one machine has: torch's scalar
+# kernels and MKL's vendor-neutral code path. A test that holds only with this CPU's kernels
+# (a training trajectory, the epoch a score peaks) fails here before it lands, not on a user's
+# machine with another CPU (docs/testing.md). Skipped when PYTEST_ARGS picks tests.
+ANYCPU_ENV   := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE
+ANYCPU_TESTS := tests/test_train_*.py tests/test_family_contract.py tests/test_models.py \
+                tests/test_beam.py tests/test_beam_reference.py tests/test_acf.py tests/test_rat.py \
+                tests/test_prototypes.py tests/test_export_families.py tests/test_official_m2.py
+
+.PHONY: demo test test-anycpu install js lint clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +49,13 @@ demo: $(STAMP)
 
 test: $(STAMP) $(JS_STAMP)
 	@$(PY) -m pytest $(PYTEST_ARGS); code=$$?; \
-	if [ $$code -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$code
+	if [ $$code -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	if [ $$code -ne 0 ] || [ -n "$(PYTEST_ARGS)" ]; then exit $$code; fi
+	@$(MAKE) --no-print-directory test-anycpu
+
+test-anycpu: $(STAMP)
+	@echo "make test: the training, decoding and parity tests again on another floating-point path ($(ANYCPU_ENV))"
+	@env $(ANYCPU_ENV) $(PY) -m pytest -q -p no:cacheprovider $(ANYCPU_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check edgecap tests benchmarks
