@@ -143,17 +143,20 @@ def _static_size(value, metadata: dict[str, str], axis: int, where: str) -> int:
 
 
 def detect_layout(shape: list, n_classes: int | None, where: str) -> str:
-    """The output layout of a detector from its output shape [B, a, b] (and class count)."""
+    """The output layout of a detector from its output shape [B, a, b] and, when its names are
+    known, its class count (a = 4 + classes: yolo; b = 5 + classes: yolov5; b = 6: end2end)."""
+    expected = ("expected one of [B, 4 + classes, anchors] (ultralytics YOLO), [B, anchors, 5 + classes] "
+                "(YOLOv5), [B, detections, 6] (end-to-end)")
     if len(shape) != 3 or not all(isinstance(d, int) for d in shape[1:]):
-        raise EdgecapError(f"{where}: output shape {shape} is not a detector's [batch, a, b]; expected one of "
-                           "[B, 4 + classes, anchors] (ultralytics YOLO), [B, anchors, 5 + classes] (YOLOv5), "
-                           "[B, detections, 6] (end-to-end)")
+        raise EdgecapError(f"{where}: output shape {shape} is not a detector's [batch, a, b]; {expected}")
     _, a, b = shape
-    if b == 6 and n_classes != 1 and a > b:
-        return "end2end"
-    if a < b:
-        return "yolo"
-    return "yolov5"
+    if n_classes is not None:
+        fits = {"yolo": a == 4 + n_classes, "yolov5": b == 5 + n_classes, "end2end": b == 6}
+        for layout in ("yolo", "yolov5", "end2end") if a <= b else ("yolov5", "end2end", "yolo"):
+            if fits[layout]:
+                return layout
+    # no names yet, or none fits them (the caller says which count disagrees): the usual proportions
+    return "end2end" if b == 6 and a > b else "yolo" if a < b else "yolov5"
 
 
 class Detector:
@@ -279,3 +282,48 @@ class Detector:
         return {"path": str(self.path), "layout": self.layout, "classes": self.n_classes,
                 "names": self.names_origin, "input": [self.batch, 3, self.height, self.width],
                 "min_score": self.min_score, "iou": self.iou}
+
+
+class DetectorHook:
+    """The run loop's object hook (loop.run_loop's `annotate_objects`) for a detector: a batch of
+    frames -> each frame's objects; the loop records its time as the frames' "detector" latency."""
+
+    latency_key = "detector"
+
+    def __init__(self, detector: Detector):
+        self.detector = detector
+
+    def __call__(self, frames) -> list[list[KnownObject]]:
+        return self.detector.detect([frame.image for frame in frames])
+
+
+def coverage_vocabulary(detector: Detector):
+    """The class set coverage reads captions against: the detector's classes."""
+    from edgecap.metrics.vocabulary import vocabulary_of
+
+    return vocabulary_of(detector.classes, detector.names_origin)
+
+
+def open_detector(settings):
+    """`edgecap run`'s --detector (command.RunSettings), opened with the captioner's onnxruntime
+    settings, or None; a detector option without it, or beside --detections, is one line."""
+    from edgecap.errors import EdgecapError
+
+    if not settings.detector:
+        if settings.nms_iou is not None:
+            raise EdgecapError("--nms-iou applies to a --detector; none was given")
+        return None
+    if settings.detections:
+        raise EdgecapError("--detector and --detections both give the frames' objects; give one of them")
+    if settings.category_base is not None:
+        raise EdgecapError("--category-base applies to a --detections file's category ids; a --detector's "
+                           "classes are indices from 0")
+    categories = None
+    if settings.categories:
+        from edgecap.data.coco_categories import load_categories
+
+        categories = load_categories(settings.categories)
+    return Detector.load(settings.detector, providers=settings.providers, threads=settings.threads,
+                         spin=settings.spin, categories=categories,
+                         min_score=DEFAULT_MIN_SCORE if settings.min_score is None else settings.min_score,
+                         iou=DEFAULT_IOU if settings.nms_iou is None else settings.nms_iou, area=settings.area)
