@@ -89,9 +89,8 @@ def test_edgecap_run_over_the_photos_scores_a_caption_naming_them_at_full_covera
     exported bundle; no package ships captioning weights, so its captions are scripted: one that
     names the detected objects covers them all."""
     pytest.importorskip("spacy")
-    from tests._export_util import cnn_bundle
-
     from edgecap.runtime.captioner import Captioner
+    from tests._export_util import cnn_bundle
 
     bundle = cnn_bundle(tmp_path)
     folder = tmp_path / "photos"
