@@ -49,9 +49,11 @@ FRONT_ENDS: dict[str, FrontEndInfo] = {
         FrontEndInfo("resnet50", "torchvision", "layer4 feature map", 32, 2048),
         FrontEndInfo("mobilenet_v3_large", "torchvision", "last feature map (960-channel 1x1 conv)", 32, 960),
         FrontEndInfo("efficientnet_b0", "torchvision", "last feature map (1280-channel 1x1 conv)", 32, 1280),
+        FrontEndInfo("efficientnet_lite0", "efficientnet_lite", "last feature map (1280-channel 1x1 conv, ReLU6)",
+                     32, 1280),
     )
 }
-FRONT_END_KINDS = ("open_clip", "torchvision")
+FRONT_END_KINDS = ("open_clip", "torchvision", "efficientnet_lite")
 
 _SKELETON = contextvars.ContextVar("edgecap_frontend_skeleton", default=False)
 
@@ -277,12 +279,13 @@ def provenance(vc, n_tokens: int, width: int) -> dict:
     from pathlib import Path
 
     from edgecap.io import sha256_file
+    from edgecap.models.pretrained import weights_file
 
     backbone = Path(vc.backbone).stem if vc.backbone.endswith(".json") else vc.backbone
     return {
         "kind": vc.kind,
         "backbone": backbone,
-        "weights_sha256": (vc.weights_sha256 or sha256_file(vc.weights)) if vc.weights else RANDOM,
+        "weights_sha256": (vc.weights_sha256 or sha256_file(weights_file(vc.weights))) if vc.weights else RANDOM,
         "preprocessing": vc.preprocessing(),
         "tokens": frontend_class(vc.kind).describe(vc.backbone),
         "n_regions": n_tokens,
@@ -292,6 +295,6 @@ def provenance(vc, n_tokens: int, width: int) -> dict:
 
 def weights_label(vc) -> str:
     """What the manifest says about a front end's weights: a file name, or "random"."""
-    from pathlib import Path
+    from edgecap.models.pretrained import weights_file
 
-    return Path(vc.weights).name if vc.weights else RANDOM
+    return weights_file(vc.weights).name if vc.weights else RANDOM
