@@ -43,9 +43,10 @@ def _head(layout: str, boxes: list[tuple[int, tuple[float, float, float, float],
 
 
 def write_detector(path, boxes, layout: str = "yolo", size=(320, 320), batch: int | str = 1,
-                   names: dict[int, str] | None = NAMES, seed: int = 0) -> None:
+                   names: dict[int, str] | None = NAMES, seed: int = 0, gated: bool = True) -> None:
     """An ONNX detector at `path`: input `images` [batch, 3, H, W] (an int, or a name for a
-    dynamic batch), output `output0` in `layout` holding `boxes`, scores x brightness."""
+    dynamic batch), output `output0` in `layout` holding `boxes`, scores x brightness (`gated`)
+    or as given."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -55,7 +56,9 @@ def write_detector(path, boxes, layout: str = "yolo", size=(320, 320), batch: in
     weights = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
     init = [numpy_helper.from_array(a, name) for a, name in (
         (weights, "conv_w"), (head, "head"), (mask, "score_mask"), (1.0 - mask, "box_mask"),
-        (np.array([-1, 1, 1], np.int64), "gate_shape"), (np.zeros(1, np.float32), "zero"))]
+        (np.array([-1, 1, 1], np.int64), "gate_shape"), (np.zeros(1, np.float32), "zero"),
+        (np.array([1.0 if gated else 0.0], np.float32), "gate_weight"),
+        (np.array([0.0 if gated else 1.0], np.float32), "gate_bias"))]
     nodes = [
         helper.make_node("Conv", ["images", "conv_w"], ["conv"], strides=[4, 4], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["conv"], ["relu"]),
@@ -65,7 +68,9 @@ def write_detector(path, boxes, layout: str = "yolo", size=(320, 320), batch: in
         helper.make_node("Mul", ["feature3", "zero"], ["unused"]),              # the backbone, weighted 0
         helper.make_node("ReduceMean", ["images"], ["brightness"], axes=[1, 2, 3], keepdims=1),
         helper.make_node("Reshape", ["brightness", "gate_shape"], ["gate0"]),
-        helper.make_node("Add", ["gate0", "unused"], ["gate"]),                 # [B, 1, 1]
+        helper.make_node("Mul", ["gate0", "gate_weight"], ["gate1"]),
+        helper.make_node("Add", ["gate1", "gate_bias"], ["gate2"]),             # brightness, or 1 ungated
+        helper.make_node("Add", ["gate2", "unused"], ["gate"]),                 # [B, 1, 1]
         helper.make_node("Mul", ["score_mask", "gate"], ["scaled_mask"]),
         helper.make_node("Add", ["scaled_mask", "box_mask"], ["factor"]),      # boxes x 1, scores x gate
         helper.make_node("Mul", ["head", "factor"], ["output0"]),
