@@ -244,19 +244,22 @@ def convert(cfg_text: str, weights: bytes, names_text: str, out: Path, batch: in
     height, width = int(net.get("height", 416)), int(net.get("width", 416))
     dummy = torch.zeros(batch, 3, height, width)
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    with torch.no_grad():
-        torch.onnx.export(model, (dummy,), str(tmp), input_names=["images"], output_names=["output0"],
-                          opset_version=17, dynamo=False)
-    graph = onnx.load(str(tmp))
-    metadata = {"names": str(dict(enumerate(names))), "imgsz": str([height, width]), "stride": "32",
-                "task": "detect", "batch": str(batch),
-                "description": "Darknet YOLO converted by edgecap tools/darknet_to_onnx.py"}
-    for key, value in metadata.items():
-        entry = graph.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(graph, str(tmp))
-    tmp.replace(out)
+    tmp = out.with_name(f".{out.name}.tmp")  # the file appears whole or not at all
+    try:
+        with torch.no_grad():
+            torch.onnx.export(model, (dummy,), str(tmp), input_names=["images"], output_names=["output0"],
+                              opset_version=17, dynamo=False)
+        graph = onnx.load(str(tmp))
+        metadata = {"names": str(dict(enumerate(names))), "imgsz": str([height, width]), "stride": "32",
+                    "task": "detect", "batch": str(batch),
+                    "description": "Darknet YOLO converted by edgecap tools/darknet_to_onnx.py"}
+        for key, value in metadata.items():
+            entry = graph.metadata_props.add()
+            entry.key, entry.value = key, value
+        onnx.save(graph, str(tmp))
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return {"out": str(out), "input": [batch, 3, height, width], "classes": len(names), "parameters": count}
 
 
