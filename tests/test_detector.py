@@ -3,7 +3,9 @@
 NMS and clipping, every output layout, batches across cameras, class names, the run's records
 and coverage, and the one-line refusals."""
 
+import hashlib
 import json
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -177,3 +179,36 @@ def test_detector_options_are_refused_in_one_line_where_they_do_not_apply(tmp_pa
             execute(captioner, settings)
     code, _, err = run_cli("run", tmp_path / "no-bundle", "--source", folder, "--detector", path, "--nms-iou", "2")
     assert code == 2 and "--nms-iou" in err
+
+
+ULTRALYTICS = Path(__file__).parent / "data" / "ultralytics"
+
+
+def test_an_ultralytics_export_gives_the_boxes_ultralytics_predicts():
+    """tests/data/ultralytics/yolo11-tiny-random.onnx was made by ultralytics 8.4.190 itself: a
+    YOLO11 of its own yaml at a tiny width (0.0625), 3 classes named person / cup / tv, random
+    weights with BatchNorm statistics from noise images and a head scaled so scores differ,
+    `export(format="onnx", imgsz=160, batch=2)`; beside it what its `predict(conf=0.25,
+    iou=0.45, imgsz=160)` returned on two scikit-image photos. The detector stage reads the
+    export's metadata and finds the same objects (class and box) in the same order."""
+    from real_weights import photo, photos_dir
+
+    reference = json.loads((ULTRALYTICS / "yolo11-tiny-random.predictions.json").read_text())
+    for name, entry in reference["photos"].items():
+        if hashlib.sha256((photos_dir() / name).read_bytes()).hexdigest() != entry["sha256"]:
+            pytest.skip(f"scikit-image's {name} is not the photo ultralytics predicted on")
+    detector = Detector.load(ULTRALYTICS / "yolo11-tiny-random.onnx", min_score=reference["conf"],
+                             iou=reference["iou"])
+    assert (detector.layout, detector.classes, detector.batch) == ("yolo", ["person", "cup", "television"], 2)
+    names = list(reference["photos"])
+    images = [photo(n) for n in names]
+    for image, objects, name in zip(images, detector.detect(images), names, strict=True):
+        theirs = reference["photos"][name]["detections"]
+        assert len(objects) == len(theirs) > 10
+        # ultralytics maps boxes back with an unrounded border (scale_boxes), the letterbox put the
+        # image at the rounded one: up to one input pixel apart in the frame
+        one_pixel = max(image.shape[:2]) / 160
+        for ours, t in zip(objects, theirs, strict=True):
+            assert ours.cls == {"tv": "television"}.get(t["class"], t["class"])
+            x1, y1, x2, y2 = ours.box
+            assert np.allclose([x1, y1, x2 + 1, y2 + 1], t["box"], atol=one_pixel), (name, ours.box, t["box"])

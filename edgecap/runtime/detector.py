@@ -266,16 +266,20 @@ class Detector:
     def _objects(self, row: np.ndarray, letterbox: Letterbox, width: int, height: int) -> list[KnownObject]:
         xyxy, scores, classes = candidates(self.layout, row, self.n_classes)
         keep = (scores >= self.min_score) & (classes >= 0) & (classes < self.n_classes)
-        xyxy, scores, classes = letterbox.to_frame(xyxy[keep], width, height), scores[keep], classes[keep]
-        sized = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])  # nothing left inside the frame
-        xyxy, scores, classes = xyxy[sized], scores[sized], classes[sized]
+        xyxy, scores, classes = xyxy[keep], scores[keep], classes[keep]
+        # NMS on the graph's boxes, then back to the frame and clipped: ultralytics' order, so the
+        # same boxes survive as in its own `predict` (clipping first would raise some overlaps)
         kept = class_aware_nms(xyxy, scores, classes, self.iou)
-        # the continuous box [x1, x2) as an inclusive pixel box, as COCO results become one
-        # (runtime/coco_results.py): its area is w * h
-        return [KnownObject.measured(self.names[int(classes[k])],
-                                     (xyxy[k, 0], xyxy[k, 1], max(xyxy[k, 0], xyxy[k, 2] - 1.0),
-                                      max(xyxy[k, 1], xyxy[k, 3] - 1.0)), None, width, height, self.area)
-                for k in kept]
+        xyxy, classes = letterbox.to_frame(xyxy[kept], width, height), classes[kept]
+        objects = []
+        for (x1, y1, x2, y2), cls in zip(xyxy.tolist(), classes.tolist(), strict=True):
+            if x2 <= x1 or y2 <= y1:
+                continue  # nothing of it inside the frame (a box in the letterbox's border)
+            # the continuous box [x1, x2) as an inclusive pixel box, as COCO results become one
+            # (runtime/coco_results.py): its area is w * h
+            objects.append(KnownObject.measured(self.names[int(cls)], (x1, y1, max(x1, x2 - 1.0), max(y1, y2 - 1.0)),
+                                                None, width, height, self.area))
+        return objects
 
     def report(self) -> dict:
         """What the run's summary says about the detector."""
