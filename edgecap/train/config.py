@@ -180,6 +180,8 @@ class TrainConfig:
         (edgecap.config_paths); a file that is not there is a one-line error naming its key.
         `[data.synth].dir` may not exist yet (the world is generated there)."""
         where = self.source or "config"
+        from edgecap.models.pretrained import is_packaged
+
         config = self.source if self.source and Path(self.source).is_file() else None
 
         def existing(value: str, key: str) -> str:
@@ -200,7 +202,7 @@ class TrainConfig:
         run = dataclasses.replace(self.run, init_from=existing(self.run.init_from, "[run].init_from"))
         model = self.model
         visual = model.get("visual")
-        if isinstance(visual, dict) and visual.get("weights"):
+        if isinstance(visual, dict) and visual.get("weights") and not is_packaged(visual["weights"]):
             model = {**model, "visual": {**visual, "weights": existing(visual["weights"], "[model].visual.weights")}}
         return dataclasses.replace(self, data=data, retrieval=retrieval, model=model, run=run)
 

@@ -259,9 +259,9 @@ class Trainer:
         self.model_cfg = cfg.model_config(len(v), {"pad": v.pad_id, "bos": v.bos_id, "eos": v.eos_id, "unk": v.unk_id})
         vc = self.model_cfg.visual
         if vc.weights and not vc.weights_sha256:  # the checkpoint names the exact weights it froze
-            from edgecap.models.pretrained import sha256_file
+            from edgecap.models.pretrained import sha256_file, weights_file
 
-            self.model_cfg = self.model_cfg.replace(**{"visual.weights_sha256": sha256_file(vc.weights)})
+            self.model_cfg = self.model_cfg.replace(**{"visual.weights_sha256": sha256_file(weights_file(vc.weights))})
         self.features_provenance = cfg.features_provenance()
         seed_everything(cfg.run.seed)  # identical initial weights on every rank
         self.model = build_from_config(self.model_cfg).to(self.device)
