@@ -79,7 +79,9 @@ def schema_default(key: str, where: str):
     if section == "prototypes":
         table: dict[str, Any] = _prototype_defaults()
     elif section == "model":
-        table = _fields(CaptionerConfig())
+        model = CaptionerConfig()
+        table = {**_fields(model), **model.sections}  # each variant's section is a table of its own
+        table.pop("sections")
         table.pop("vocab_size")  # set from the training vocabulary
     else:
         table = _fields(_section_classes()[section]())

@@ -12,13 +12,25 @@ masked, and an image with no retrieved caption at all gets no memory term.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from edgecap.contract.state import cross_tensor
 from edgecap.models.attention.base import MultiHeadAttention, slots_before
 from edgecap.models.core import FeedForward, sinusoid_table
-from edgecap.models.registry import DECODER_SELF_ATTENTION
+from edgecap.models.registry import CONFIG_SECTIONS, DECODER_SELF_ATTENTION
+
+
+@CONFIG_SECTIONS.register("retrieval")
+@dataclass
+class RetrievalConfig:
+    """RA-Transformer: k retrieved captions per image, each padded to `length` tokens."""
+
+    k: int = 10
+    length: int = 20  # tokens per retrieved caption (BOS .. EOS, then padding)
+    index: str = ""  # the `edgecap index build` directory; export copies it into the bundle
 
 
 class MemoryEncoder(nn.Module):
