@@ -71,6 +71,15 @@ CONFIG_SECTIONS = Registry("config section", (ATTENTION, "edgecap.models.core", 
 REGISTRIES = (ENCODER_ATTENTION, DECODER_SELF_ATTENTION, CROSS_ATTENTION, DECODERS, VISUAL, CONFIG_SECTIONS)
 
 
+def part_classes(cfg) -> list[type]:
+    """The classes a model of `cfg` is built from: its decoder, the attention variants that
+    decoder uses, its front end (a variant's class says what it needs beyond the core, e.g.
+    `training_hook`)."""
+    decoder = DECODERS.get(cfg.decoder)
+    return [decoder, *(registry.get(name) for registry, name in decoder.attention_parts(cfg)),
+            VISUAL.get(cfg.visual.kind)]
+
+
 # Where presets are found: the package's own configs/ (a list, so a test can add a folder).
 PRESET_FOLDERS: list = [resources.files("edgecap.models") / "configs"]
 

@@ -64,6 +64,7 @@ from edgecap.models.checkpoint import read_payload, save_checkpoint
 from edgecap.models.factory import build_from_config
 from edgecap.progress import bar_wanted, progress_bar
 from edgecap.train.config import TrainConfig, parse_config, to_toml
+from edgecap.train.hook import HookRun, run_hooks
 from edgecap.train.metrics_log import MetricsLog, plot_curves
 from edgecap.train.overrides import load_config
 from edgecap.train.process import (
@@ -73,13 +74,6 @@ from edgecap.train.process import (
     rng_state,
     seed_everything,
     set_rng_state,
-)
-from edgecap.train.retrieval import (
-    TrainingRetrieval,
-    freeze_visual,
-    load_visual,
-    needs_retrieval,
-    prepare_index,
 )
 from edgecap.train.schedules import Constant, make_optimizer, set_lr, xe_schedule
 from edgecap.train.scst import SCST, reward_scorer
@@ -238,88 +232,32 @@ class Trainer:
                 remove_orphans(self.out / name)
         cfg = self.cfg = self.written.with_paths_from(self.started_in)
         karpathy, images, features = prepare_data(cfg, self.out, self.progress and self.is_main)
-        self.karpathy, self.data_files = karpathy, (images, features)
-        self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val", "test") if self.test
-                                                    else ("train", "val"))
-        if self.test and not self.splits.test:
-            raise EdgecapError(f"--test: {karpathy} has no test split")
-        if not self.splits.train:
-            raise EdgecapError(f"{karpathy}: no training images (split train or restval)")
-        if not self.splits.val:
-            raise EdgecapError(f"{karpathy}: no validation images (split val)")
-        vocab_path = self.out / "vocab.json"
-        if self.resume and vocab_path.is_file():
-            self.vocab = Vocab.from_dict(read_json(vocab_path, "the run's vocabulary"), where=str(vocab_path))
-        elif cfg.run.init_from:  # the words the weights were trained with
-            self._init = read_payload(cfg.run.init_from)
-            self.vocab = Vocab.from_dict(self._init["vocab"], where=f"--init-from {cfg.run.init_from}")
-        else:
-            self.vocab = Vocab.build((c for im in self.splits.train for c in im.captions), cfg.data.min_count)
-        v = self.vocab
-        self.model_cfg = cfg.model_config(len(v), {"pad": v.pad_id, "bos": v.bos_id, "eos": v.eos_id, "unk": v.unk_id})
-        vc = self.model_cfg.visual
-        if vc.weights and not vc.weights_sha256:  # the checkpoint names the exact weights it froze
-            from edgecap.models.pretrained import sha256_file
-
-            self.model_cfg = self.model_cfg.replace(**{"visual.weights_sha256": sha256_file(vc.weights)})
-        self.features_provenance = cfg.features_provenance()
-        seed_everything(cfg.run.seed)  # identical initial weights on every rank
-        self.model = build_from_config(self.model_cfg).to(self.device)
-        if cfg.run.init_from and not self.resume:
-            self._init_weights(cfg.run.init_from)
-        for p in self.model.parameters():
-            if p.numel() == 0:
-                # e.g. M = 0 memory slots: nothing to learn, and DDP would wait for its gradient.
-                p.requires_grad_(False)
-        extra_names = tuple(getattr(self.model, "encode_extra_names", ()))
-        if extra_names and (not needs_retrieval(self.model) or len(extra_names) > 1):
-            raise EdgecapError(
-                f"preset {cfg.preset!r} needs extra encoder inputs {list(extra_names)}; edgecap train "
-                f"provides only memory_tokens (retrieved captions)"
-            )
+        self.data_files = (images, features)
+        self._read_splits(karpathy, images)
+        self._build_model()
         takes_images = bool(getattr(self.model.visual, "takes_images", False))
-        if takes_images and images is None:
-            raise EdgecapError(
-                f"model visual front end {self.model_cfg.visual.kind!r} reads images; set [data].images, not features"
-            )
-        if not takes_images and features is None:
-            raise EdgecapError(
-                f"model visual front end {self.model_cfg.visual.kind!r} reads precomputed features; "
-                f"set [data].features (HDF5) or use visual.kind = \"cnn\" with images"
-            )
-        d = cfg.data
-        if takes_images:
-            source = ImageSource(images, self.model_cfg.visual, d.augment, d.shift_pixels, d.cache_images)
-        else:
-            source = FeatureSource(features, self.model_cfg.n_regions, self.model_cfg.d_in)
-            source.check(self.splits.train + self.splits.val + self.splits.test)
+        source = self._source(images, features, takes_images)
         if self.is_main:  # every check passed: only now does the run directory get the run's files
             self.out.mkdir(parents=True, exist_ok=True)
             if not self.resume:
                 write_text_atomic(self.out / "config.toml", cfg.text or to_toml(cfg.to_dict()))
-            if not (self.resume and vocab_path.is_file()):
-                write_json_atomic(vocab_path, self.vocab.to_dict())
+            if not (self.resume and (self.out / "vocab.json").is_file()):
+                write_json_atomic(self.out / "vocab.json", self.vocab.to_dict())
         barrier()
-        self.retrieval = None
-        if needs_retrieval(self.model):
-            self._setup_retrieval(images if takes_images else None, None if takes_images else features)
-        max_len = self.model_cfg.max_len
-        self.train_set = CaptionDataset(self.splits.train, source, v, max_len, cfg.run.seed,
-                                        augment=d.augment != "none", extra=self.retrieval)
+        run = HookRun(self.model, cfg, self.out, self.vocab, self.splits, images if takes_images else None,
+                      None if takes_images else features, self.is_main, self.progress)
+        for hook in self.hooks:  # e.g. RA-T's index, PMA's banks: after the checks, before the data loaders
+            hook.setup(run)
+        d = cfg.data
+        self.train_set = CaptionDataset(self.splits.train, source, self.vocab, self.model_cfg.max_len, cfg.run.seed,
+                                        augment=d.augment != "none",
+                                        extra=self.hooks.for_item if self.hooks.inputs else None)
         self.val_images = self.splits.val[: d.val_images] if d.val_images else self.splits.val
         self.eval_source = source
         if takes_images and d.augment != "none":
             self.eval_source = ImageSource(images, self.model_cfg.visual, "none", 0, d.cache_images)
         self.train_refs = [im.caption_strings() for im in self.splits.train]
-
-        self.memory = None
-        if self.model_cfg.decoder_self_attention == "prototype":
-            from edgecap.train.prototypes import PrototypeMemory
-
-            kwargs = {"seed": cfg.run.seed, **cfg.prototypes}
-            self.memory = PrototypeMemory(self.model, **kwargs)
-
-        self.module = CaptionTrainModule(self.model, frozen_visual=self.retrieval is not None)
+        self.module = CaptionTrainModule(self.model, frozen_visual=self.hooks.freezes_visual)
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -336,6 +274,61 @@ class Trainer:
         else:
             seed_everything(cfg.run.seed + self.rank)  # dropout masks differ between ranks
 
+    def _read_splits(self, karpathy: Path, images: Path | None) -> None:
+        """The splits and the vocabulary (the run's, the --init-from checkpoint's, or built)."""
+        cfg = self.cfg
+        self.karpathy = karpathy
+        self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val", "test") if self.test
+                                                    else ("train", "val"))
+        if self.test and not self.splits.test:
+            raise EdgecapError(f"--test: {karpathy} has no test split")
+        if not self.splits.train:
+            raise EdgecapError(f"{karpathy}: no training images (split train or restval)")
+        if not self.splits.val:
+            raise EdgecapError(f"{karpathy}: no validation images (split val)")
+        vocab_path = self.out / "vocab.json"
+        if self.resume and vocab_path.is_file():
+            self.vocab = Vocab.from_dict(read_json(vocab_path, "the run's vocabulary"), where=str(vocab_path))
+        elif cfg.run.init_from:  # the words the weights were trained with
+            self._init = read_payload(cfg.run.init_from)
+            self.vocab = Vocab.from_dict(self._init["vocab"], where=f"--init-from {cfg.run.init_from}")
+        else:
+            self.vocab = Vocab.build((c for im in self.splits.train for c in im.captions), cfg.data.min_count)
+
+    def _build_model(self) -> None:
+        """The model (seeded alike on every rank, --init-from's weights) and its training hooks."""
+        cfg, v = self.cfg, self.vocab
+        self.model_cfg = cfg.model_config(len(v), {"pad": v.pad_id, "bos": v.bos_id, "eos": v.eos_id, "unk": v.unk_id})
+        vc = self.model_cfg.visual
+        if vc.weights and not vc.weights_sha256:  # the checkpoint names the exact weights it froze
+            from edgecap.models.pretrained import sha256_file
+
+            self.model_cfg = self.model_cfg.replace(**{"visual.weights_sha256": sha256_file(vc.weights)})
+        self.features_provenance = cfg.features_provenance()
+        seed_everything(cfg.run.seed)  # identical initial weights on every rank
+        self.model = build_from_config(self.model_cfg).to(self.device)
+        if cfg.run.init_from and not self.resume:
+            self._init_weights(cfg.run.init_from)
+        for p in self.model.parameters():
+            if p.numel() == 0:
+                # e.g. M = 0 memory slots: nothing to learn, and DDP would wait for its gradient.
+                p.requires_grad_(False)
+        self.hooks = run_hooks(self.model_cfg, cfg, self.model)
+
+    def _source(self, images: Path | None, features: Path | None, takes_images: bool):
+        """Where the model's inputs come from: the images, or the features file (checked)."""
+        kind, d = self.model_cfg.visual.kind, self.cfg.data
+        if takes_images and images is None:
+            raise EdgecapError(f"model visual front end {kind!r} reads images; set [data].images, not features")
+        if not takes_images and features is None:
+            raise EdgecapError(f"model visual front end {kind!r} reads precomputed features; set [data].features "
+                               f"(HDF5) or use visual.kind = \"cnn\" with images")
+        if takes_images:
+            return ImageSource(images, self.model_cfg.visual, d.augment, d.shift_pixels, d.cache_images)
+        source = FeatureSource(features, self.model_cfg.n_regions, self.model_cfg.d_in)
+        source.check(self.splits.train + self.splits.val + self.splits.test)
+        return source
+
     def _init_weights(self, path: str) -> None:
         """--init-from: a new run (e.g. SCST only) starts from a trained checkpoint's weights."""
         from edgecap.models.checkpoint import check_weights
@@ -345,18 +338,6 @@ class Trainer:
         check_weights(self.model.state_dict(), weights, f"--init-from {path}",
                       f"its model is not the one [model] of this config builds (preset {self.cfg.preset!r})")
         self.model.load_state_dict(weights)
-
-    def _setup_retrieval(self, images: Path | None, features: Path | None) -> None:
-        """RA-T: freeze the visual front end (from [retrieval].visual_from, else as initialised),
-        build or reuse the run's index, and record it in the model config for export."""
-        r = self.cfg.retrieval
-        if r.visual_from:
-            load_visual(self.model, r.visual_from)
-        freeze_visual(self.model)
-        path = prepare_index(self.model, self.cfg, self.splits.train, self.out, images, features,
-                             self.is_main, barrier, self.progress and self.is_main)
-        self.model.cfg.retrieval.index = str(path)  # saved with every checkpoint: export copies it
-        self.retrieval = TrainingRetrieval(path, self.vocab, self.model.cfg)
 
     def phases(self) -> list[str]:
         return [p for p, n in (("xe", self.cfg.schedule.epochs), ("scst", self.cfg.scst.epochs)) if n > 0]
@@ -424,7 +405,7 @@ class Trainer:
                 "state": asdict(self.state),
                 "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
                 "rng": states,
-                "memory": self.memory.state_dict() if self.memory is not None else None,
+                **{hook.state_key: hook.state_dict() for hook in self.hooks if hook.state_key},
                 "weights": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
                 "meta": meta,
             }
@@ -463,8 +444,9 @@ class Trainer:
         self.state = RunState(**saved["state"])
         if len(saved["rng"]) != self.world:
             raise EdgecapError(f"--resume: the run used {len(saved['rng'])} processes, this one has {self.world}")
-        if self.memory is not None and saved.get("memory") is not None:
-            self.memory.load_state_dict(saved["memory"])
+        for hook in self.hooks:
+            if hook.state_key and saved.get(hook.state_key) is not None:
+                hook.load_state_dict(saved[hook.state_key])
         self._pending_optimizer_state = saved.get("optimizer")
         self.metrics.truncate_after(self.state.step)
         self._repair_last(saved["meta"])
@@ -580,9 +562,9 @@ class Trainer:
         batch = batch.to(self.device)
         record = {"lr": lr}
         if s.phase == "xe":
-            loss = xe_step(self.module, batch, self.vocab.pad_id, self.memory)
+            loss = xe_step(self.module, batch, self.vocab.pad_id, self.hooks)
         else:
-            loss, stats = self.scst.loss(self.module, batch, self.memory)
+            loss, stats = self.scst.loss(self.module, batch, self.hooks)
             record.update(reward=stats.reward, baseline=stats.baseline,
                           reward_seconds=stats.reward_seconds, search_seconds=stats.search_seconds)
         self.optimizer.zero_grad(set_to_none=True)
@@ -591,10 +573,10 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
         record["loss"] = float(loss.detach())
-        if self.memory is not None:
-            refresh = self.memory.after_step(s.step)
-            if refresh is not None:
-                self.metrics.write({"kind": "prototypes", "step": s.step, **refresh})
+        for hook in self.hooks:
+            line = hook.after_step(s.step)
+            if line is not None:
+                self.metrics.write({"kind": hook.name, "step": s.step, **line})
         return record
 
     def _accumulate(self, record: dict, seconds: float) -> None:
@@ -651,7 +633,7 @@ class Trainer:
         items = self.val_images if items is None else items
         options = DecodeOptions(beam_size=self.cfg.run.val_beam, max_len=self.model_cfg.max_len)
         captions = caption_images(self.model, self.vocab, self.eval_source, items, options,
-                                  self.cfg.data.val_batch_size, self.device, self.retrieval)
+                                  self.cfg.data.val_batch_size, self.device, self.hooks)
         return ciderd(items, captions), captions
 
     def _end_epoch(self) -> None:
@@ -723,8 +705,7 @@ class Trainer:
         finally:
             if self.bar is not None:
                 self.bar.close()
-            if self.memory is not None:
-                self.memory.detach()
+            self.hooks.close()
         summary = self.summary(stopped)
         if self.is_main:
             write_json_atomic(self.out / "summary.json", summary)

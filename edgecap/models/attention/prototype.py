@@ -33,6 +33,8 @@ class PrototypeConfig:
 
 @DECODER_SELF_ATTENTION.register("prototype")
 class PrototypeAttention(MultiHeadAttention):
+    training_hook = "prototypes"  # fills the buffers during training (edgecap/train/hooks/prototypes.py)
+
     @classmethod
     def describe(cls, cfg) -> str:
         return f"{cfg.prototype.count} prototypes"

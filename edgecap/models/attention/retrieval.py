@@ -96,6 +96,7 @@ class KnnAugmentedAttention(MultiHeadAttention):
 
     # per layer: memory keys [B, H, dh, M] and values [B, H, M, dh]; which of the M are captions [B, M]
     export_spec = "retrieval"  # the Transformer graphs plus the retrieval index and captions
+    training_hook = "retrieval"  # the run's index and retrieved captions (edgecap/train/hooks/retrieval.py)
     cross_state = (cross_tensor("side_k", 0, per_layer=True), cross_tensor("side_v", 0, per_layer=True),
                    cross_tensor("side_mask", 0))
 
