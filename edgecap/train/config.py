@@ -210,6 +210,7 @@ class TrainConfig:
         visual = self.model.get("visual") or {}
         if not isinstance(visual, dict):
             return {}
+        from edgecap.models.factory import preset_config, takes_images
         from edgecap.models.frontends import FRONT_END_KINDS
 
         if visual.get("kind") in FRONT_END_KINDS:
@@ -218,7 +219,7 @@ class TrainConfig:
             return frontend_overrides(visual.get("backbone", ""), int(visual.get("image_size", 0) or 0),
                                       visual.get("weights", ""), visual.get("weights_sha256", ""), kind=visual["kind"])
         made = self.features_provenance()
-        if made and visual.get("kind", "features") == "features":
+        if made and not takes_images(visual.get("kind") or preset_config(self.preset).visual.kind):
             return {"d_in": int(made["dim"]), "n_regions": int(made["n_regions"]), "encoder_positions": "sinusoidal"}
         return {}
 

@@ -161,7 +161,7 @@ def apply_data_dir(data: dict, folder: str | Path) -> str | None:
     file of that name, else the folder's only .h5 / .hdf5 file. Replaces any [data.synth]
     world. -> the error to give when no features file was chosen and no later
     `--set data.features=FILE` names one (None when nothing is missing)."""
-    from edgecap.models import preset_config
+    from edgecap.models.factory import preset_config, takes_images
 
     folder = Path(folder)
     karpathy = folder / "dataset_coco.json"
@@ -175,7 +175,7 @@ def apply_data_dir(data: dict, folder: str | Path) -> str | None:
     if not isinstance(preset, str):
         raise EdgecapError("--data: the config's [model] needs preset = \"<name>\"")
     model.pop("vocab_size", None)
-    reads_features = preset_config(preset, **model).visual.kind == "features"
+    reads_features = not takes_images(preset_config(preset, **model).visual.kind)
     section = data.setdefault("data", {})
     named = section.get("features")
     for key in ("synth", "images", "features"):
