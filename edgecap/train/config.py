@@ -147,6 +147,19 @@ class TrainConfig:
             return sections[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def phases(self) -> list[str]:
+        """The phases this run trains, in order: "xe", then "scst"."""
+        return [p for p, n in (("xe", self.schedule.epochs), ("scst", self.scst.epochs)) if n > 0]
+
+    def phase_epochs(self, phase: str) -> int:
+        return self.schedule.epochs if phase == "xe" else self.scst.epochs
+
+    def patience(self, phase: str) -> int:
+        return self.schedule.patience if phase == "xe" else self.scst.patience
+
+    def batch_size(self, phase: str) -> int:
+        return (self.scst.batch_size or self.data.batch_size) if phase == "scst" else self.data.batch_size
+
     def model_config(self, vocab_size: int, special_ids: dict[str, int] | None = None):
         from edgecap.models import preset_config
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -54,7 +53,6 @@ from edgecap.data.karpathy import KarpathySplits, load_karpathy
 from edgecap.errors import EdgecapError
 from edgecap.io import (
     atomic_path,
-    probe_writable,
     remove_orphans,
     write_json_atomic,
     write_text_atomic,
@@ -63,7 +61,7 @@ from edgecap.jsonio import read_json
 from edgecap.models.checkpoint import read_payload, save_checkpoint
 from edgecap.models.factory import build_from_config
 from edgecap.progress import bar_wanted, progress_bar
-from edgecap.train.config import TrainConfig, parse_config, to_toml
+from edgecap.train.config import TrainConfig, to_toml
 from edgecap.train.hook import HookRun, run_hooks
 from edgecap.train.metrics_log import MetricsLog, plot_curves
 from edgecap.train.overrides import load_config
@@ -75,21 +73,19 @@ from edgecap.train.process import (
     seed_everything,
     set_rng_state,
 )
+from edgecap.train.run_dir import (
+    RUN_FILES,
+    STATE_VERSION,
+    check_run_dir,
+    last_is_behind,
+    stored_config,
+)
 from edgecap.train.schedules import Constant, make_optimizer, set_lr, xe_schedule
 from edgecap.train.scst import SCST, reward_scorer
 from edgecap.train.xe import CaptionTrainModule, xe_step
 
-STATE_VERSION = 2  # 2: the state file carries the weights, so one rename commits a save
-READABLE_STATE_VERSIONS = (1, 2)
-# the files a run writes into --out (the module docstring describes each); its data/ and
-# index/ directories are guarded by their own kinds (edgecap.io), like any --out of theirs
-RUN_FILES = ("config.toml", "vocab.json", "metrics.jsonl", "curves.png", "last.pt", "last.state.pt", "best.pt",
-             "best_xe.pt", "summary.json", "test_captions.json", "averaged.pt", "epochs")
 PHASES = ("xe", "scst")
-RANK_AVERAGED = ("loss", "reward", "baseline")
-RESUME_FREE = frozenset({"run.out", "run.device", "run.threads"})  # where and how fast, not what
-# how long the phases run may change on resume (extend a finished run, stop one earlier)
-PHASE_LENGTHS = frozenset({"schedule.epochs", "schedule.patience", "scst.epochs", "scst.patience"})  # under DDP, logged as the mean over every rank
+RANK_AVERAGED = ("loss", "reward", "baseline")  # under DDP, logged as the mean over every rank
 
 
 # -- run state -----------------------------------------------------------------------------
@@ -156,7 +152,7 @@ class Trainer:
         self.out = Path(out or cfg.run.out or Path("runs") / Path(cfg.source or "run").stem)
         self.resume, self.max_steps, self.progress = resume, max_steps, progress
         self.test = test  # score the test split with best.pt once the run is done
-        self.restarted = False  # set when --out holds a same-config run that never saved
+        self.restarted = False  # set when --out holds a same-config run that never saved (setup)
         self._lengths_changed = None  # --resume with other phase lengths: the first one changed
         want = device or cfg.run.device
         if want == "auto":
@@ -176,57 +172,10 @@ class Trainer:
 
     # -- setup -----------------------------------------------------------------------------
 
-    def _check_run_dir(self) -> None:
-        if self.out.exists() and not self.out.is_dir():
-            raise EdgecapError(f"--out {self.out} exists and is not a directory; name a run directory")
-        if not self.resume:
-            probe_writable(self.out)  # a parent that is a file, a read-only place: one line, before the data
-        last, state = self.out / "last.pt", self.out / "last.state.pt"
-        if self.resume:
-            if not state.is_file():
-                raise EdgecapError(f"--resume: {self.out} has no last.pt / last.state.pt to resume from")
-            self._saved = self._read_state()
-            self.started_in = self._saved["meta"].get("train_cwd") or self.started_in
-            stored = self.out / "config.toml"
-            if stored.is_file():
-                old = parse_config(_toml(stored), source=str(stored))
-                diff = _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE | PHASE_LENGTHS)
-                if diff:
-                    raise EdgecapError(
-                        f"--resume: the config differs from the run's {stored} at {diff}; resume with --config {shlex.quote(str(stored))} "
-                        f"(it includes any --set / --data changes the run started with; only "
-                        f"{', '.join(sorted(PHASE_LENGTHS))} may change on resume)"
-                    )
-                self._lengths_changed = _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE)
-        elif last.is_file() or state.is_file():
-            raise EdgecapError(
-                f"run directory {self.out} already holds a run (last.pt); pass --resume to continue it or choose another --out"
-            )
-        else:
-            self._check_fresh_out()
-
-    def _check_fresh_out(self) -> None:
-        """A new run may share --out with anything but files it would overwrite. Those are
-        accepted only as the leftovers of a run of this same config that never saved (its
-        config.toml is this one): nothing of the user's is overwritten."""
-        present = sorted(n for n in RUN_FILES if (self.out / n).exists())
-        if not present:
-            return
-        stored = self.out / "config.toml"
-        same = False
-        if stored.is_file():
-            try:
-                old = parse_config(_toml(stored), source=str(stored))
-                same = not _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE)
-            except EdgecapError:
-                same = False
-        if not same:
-            raise EdgecapError(f"--out {self.out} already holds {', '.join(present)}, which this run would "
-                               f"overwrite, and they are not from an earlier run of this config; choose another --out")
-        self.restarted = True
-
     def setup(self) -> None:
-        self._check_run_dir()
+        found = check_run_dir(self.out, self.resume, self.written)
+        self._saved, self.restarted, self._lengths_changed = found.saved, found.restarted, found.lengths_changed
+        self.started_in = found.started_in or self.started_in
         if self.is_main:
             for name in RUN_FILES:  # the work folders of writes a kill interrupted
                 remove_orphans(self.out / name)
@@ -266,7 +215,7 @@ class Trainer:
         self.metrics = MetricsLog(self.out / "metrics.jsonl", self.is_main)
         if self.restarted:  # an earlier run of this config died before saving: start its log afresh
             self.metrics.truncate_after(-1)
-        self.state = RunState(phase=self.phases()[0])
+        self.state = RunState(phase=self.cfg.phases()[0])
         self.optimizer = None
         self._pending_optimizer_state = None
         if self.resume:
@@ -339,17 +288,8 @@ class Trainer:
                       f"its model is not the one [model] of this config builds (preset {self.cfg.preset!r})")
         self.model.load_state_dict(weights)
 
-    def phases(self) -> list[str]:
-        return [p for p, n in (("xe", self.cfg.schedule.epochs), ("scst", self.cfg.scst.epochs)) if n > 0]
-
-    def _phase_epochs(self, phase: str) -> int:
-        return self.cfg.schedule.epochs if phase == "xe" else self.cfg.scst.epochs
-
-    def _patience(self, phase: str) -> int:
-        return self.cfg.schedule.patience if phase == "xe" else self.cfg.scst.patience
-
     def _out_of_patience(self, phase: str) -> bool:
-        patience = self._patience(phase)
+        patience = self.cfg.patience(phase)
         return patience > 0 and self.state.since_best >= patience
 
     def _end_of_phase(self, phase: str) -> None:
@@ -362,16 +302,13 @@ class Trainer:
             self.metrics.write(line)
         if self.is_main and self.progress and reason == "patience":
             print(f"{phase}: validation CIDEr-D has not improved for {s.since_best} epoch{'s' * (s.since_best != 1)} (patience "
-                  f"{self._patience(phase)}); best epoch {s.phase_best_epoch} ({s.phase_best:.3f})",
+                  f"{self.cfg.patience(phase)}); best epoch {s.phase_best_epoch} ({s.phase_best:.3f})",
                   file=sys.stderr, flush=True)
 
     def _logged(self, line: dict) -> bool:
         """Whether metrics.jsonl already holds `line`: written at the step of the last save,
         before a kill or a stop, it survives the resume's truncation and is not written twice."""
         return self.is_main and line in self.metrics.records()
-
-    def _batch_size(self, phase: str) -> int:
-        return (self.cfg.scst.batch_size or self.cfg.data.batch_size) if phase == "scst" else self.cfg.data.batch_size
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -417,27 +354,6 @@ class Trainer:
             save_checkpoint(self.out / "last.pt", self.model, self.vocab, meta)
         barrier()
 
-    def _read_state(self) -> dict:
-        path = self.out / "last.state.pt"
-        try:
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise EdgecapError(f"{path}: unreadable training state ({exc})") from exc
-        if not isinstance(saved, dict) or saved.get("version") not in READABLE_STATE_VERSIONS:
-            version = saved.get("version") if isinstance(saved, dict) else None
-            raise EdgecapError(f"{path}: version {version!r}, expected one of "
-                               f"{', '.join(map(str, READABLE_STATE_VERSIONS))}")
-        if saved["version"] == 1:  # weights in last.pt only: the two files must be of one save
-            last = self.out / "last.pt"
-            payload = read_payload(last)
-            if payload.get("meta", {}).get("step") != saved["state"]["step"]:
-                raise EdgecapError(
-                    f"--resume: {last} is at step {payload.get('meta', {}).get('step')} but last.state.pt at "
-                    f"step {saved['state']['step']} (a save was interrupted); cannot resume exactly"
-                )
-            saved["weights"], saved["meta"] = payload["state_dict"], payload.get("meta", {})
-        return saved
-
     def _load_last(self) -> None:
         saved, self._saved = self._saved, None
         self.model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in saved["weights"].items()})
@@ -459,7 +375,7 @@ class Trainer:
         them (a finished run too, when they leave it more to do); XE's may not change once SCST
         has started. config.toml then holds the changed config, which later resumes compare with."""
         s, stored = self.state, self.out / "config.toml"
-        old = parse_config(_toml(stored), source=str(stored))
+        old = stored_config(stored)
         xe_changed = (old.schedule.epochs, old.schedule.patience) != (self.cfg.schedule.epochs, self.cfg.schedule.patience)
         if s.phase == "scst" and self.cfg.scst.epochs == 0:
             raise EdgecapError("--resume: the run is in SCST; [scst].epochs = 0 would take it back to XE "
@@ -479,11 +395,7 @@ class Trainer:
         if not self.is_main:
             return
         last = self.out / "last.pt"
-        try:
-            behind = read_payload(last).get("meta", {}).get("step") != self.state.step
-        except EdgecapError:
-            behind = True
-        if behind:
+        if last_is_behind(self.out, self.state.step):
             save_checkpoint(last, self.model, self.vocab, meta)
             print(f"edgecap: {last} was not written by the last save (interrupted); written again from "
                   f"last.state.pt (step {self.state.step})", file=sys.stderr, flush=True)
@@ -543,7 +455,7 @@ class Trainer:
         if self._pending_optimizer_state is not None:
             self.optimizer.load_state_dict(self._pending_optimizer_state)
             self._pending_optimizer_state = None
-        self.sampler = EpochBatchSampler(len(self.train_set), self._batch_size(phase), seed=self.cfg.run.seed,
+        self.sampler = EpochBatchSampler(len(self.train_set), self.cfg.batch_size(phase), seed=self.cfg.run.seed,
                                          rank=self.rank, world=self.world, shuffle=True)
         self.loader = torch.utils.data.DataLoader(
             self.train_set, batch_sampler=self.sampler, num_workers=cfg.data.num_workers,
@@ -613,7 +525,7 @@ class Trainer:
         """Into a log file (no terminal, so no bar): one plain line per metrics line."""
         s = self.state
         per_epoch = self.sampler.batches_per_epoch()
-        parts = [f"{s.phase} epoch {s.epoch + (1 if s.batch else 0)}/{self._phase_epochs(s.phase)}",
+        parts = [f"{s.phase} epoch {s.epoch + (1 if s.batch else 0)}/{self.cfg.phase_epochs(s.phase)}",
                  f"step {s.step} (batch {s.batch or per_epoch}/{per_epoch})", f"loss {line['loss']:.4f}"]
         if "reward" in line:
             parts.append(f"reward {line['reward']:.4f}")
@@ -650,7 +562,7 @@ class Trainer:
                 s.since_best += 1
             self.metrics.write({"kind": "val", "phase": s.phase, "step": s.step, "epoch": s.epoch,
                                 "cider_d": score, "beam": self.cfg.run.val_beam, "best_epoch": s.phase_best_epoch,
-                                "since_best": s.since_best, "patience": self._patience(s.phase),
+                                "since_best": s.since_best, "patience": self.cfg.patience(s.phase),
                                 "samples": captions[:n]})
             if score > s.best:
                 s.best = score
@@ -689,7 +601,7 @@ class Trainer:
                 from edgecap.train.startup import announce
 
                 announce(self)
-                phases = self.phases()
+                phases = self.cfg.phases()
                 start = phases.index(self.state.phase) if self.state.phase in phases else 0
                 for phase in phases[start:]:
                     self._enter_phase(phase)
@@ -716,7 +628,7 @@ class Trainer:
     def _run_phase(self, phase: str) -> bool:
         """Train the remaining epochs of `phase`; True when --max-steps stopped the run."""
         s = self.state
-        epochs = self._phase_epochs(phase)
+        epochs = self.cfg.phase_epochs(phase)
         per_epoch = self.sampler.batches_per_epoch()
         self.bar = progress_bar(total=epochs * per_epoch, initial=s.epoch * per_epoch + s.batch, desc=phase,
                                 unit="step", quiet=not (self.progress and self.is_main))
@@ -830,27 +742,6 @@ class Trainer:
 
 
 # -- config helpers ------------------------------------------------------------------------
-
-def _toml(path: Path) -> dict:
-    from edgecap.jsonio import read_toml
-
-    return read_toml(path)
-
-
-def _first_difference(a, b, prefix: str = "", ignore=frozenset()) -> str | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            name = f"{prefix}.{key}" if prefix else key
-            if name in ignore:
-                continue
-            diff = _first_difference(a.get(key), b.get(key), name, ignore)
-            if diff:
-                return diff
-        return None
-    if a != b:
-        return f"{prefix} ({a!r} -> {b!r})"
-    return None
-
 
 def train(config: str | os.PathLike | TrainConfig, **kwargs) -> dict:
     """Run a training config (path or TrainConfig); keyword arguments as `Trainer`."""
