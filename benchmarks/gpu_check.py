@@ -291,7 +291,7 @@ class Job:
 
 def jobs(args, workdir: Path) -> list[Job]:
     if args.bundle:
-        from edgecap.runtime.manifest import load_manifest
+        from edgecap.contract.manifest import load_manifest
 
         out = []
         for given in args.bundle:

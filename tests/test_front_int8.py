@@ -8,9 +8,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from edgecap.contract.manifest import load_manifest
 from edgecap.export import front_int8
 from edgecap.export.formats import resolve_settings
-from edgecap.runtime.manifest import load_manifest
 from edgecap.runtime.session import Bundle
 from tests._export_util import CNN, export, save_tiny
 

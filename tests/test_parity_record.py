@@ -5,8 +5,8 @@ something, and a model that says one caption for every input is flagged."""
 
 import torch
 
+from edgecap.contract.manifest import load_manifest
 from edgecap.export.formats import resolve_settings
-from edgecap.runtime.manifest import load_manifest
 from tests._export_util import CNN, export, save_tiny
 
 

@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 
 from edgecap.argtypes import BATCH, BEAM, COUNT, FRACTION, POSITIVE, THREADS
-from edgecap.data.acvr import AREAS
+from edgecap.contract.objects import AREAS
 from edgecap.data.coco_categories import CATEGORY_BASES
 
 from .coco_results import DEFAULT_MIN_SCORE

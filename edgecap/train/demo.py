@@ -68,7 +68,7 @@ EARLIER_RULE = ("pixels area >= threshold (the rule when this entry was measured
 def ground_truth(objects: dict, image_id: str, size: int, area: str = COVERAGE_AREA) -> dict[str, float]:
     """{class: largest instance area fraction} of one size x size image of objects.json, the
     area measured as `area` says (its box by default; objects.json's `area` is the pixel count's)."""
-    from edgecap.data.acvr import object_area
+    from edgecap.contract.objects import object_area
 
     gt: dict[str, float] = {}
     for obj in objects[image_id]:
