@@ -82,7 +82,7 @@ def test_the_worked_example_is_a_family(salience_family, tmp_path):
 
     result = export(save_tiny(tmp_path / "salience.pt", name), tmp_path / "bundle")
     parity = result.manifest.parity["onnxruntime"]
-    assert parity["passed"] and parity["beam_identical"] == 1.0
+    assert parity.passed and parity.beam_identical == 1.0
     assert [t.name for t in result.manifest.state.cache] == ["self_k", "self_v", "log_salience"]
     assert "log_salience.0" in [t.name for t in result.manifest.graph("decoder_step").inputs]
 

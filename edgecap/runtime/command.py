@@ -507,11 +507,11 @@ def run(args) -> int:
     _check(settings)
     captioner = Captioner.from_bundle(settings.bundle, providers=settings.providers,
                                       threads=settings.threads, spin=settings.spin)
-    frontend = captioner.bundle.manifest.frontend or {}
-    if frontend.get("weights") == "random":
+    frontend = captioner.bundle.manifest.frontend
+    if frontend is not None and frontend.random_weights:
         from edgecap.errors import random_front_end, warn
 
-        warn(random_front_end(frontend.get("backbone", "bundle's"), "its captions say nothing about the scene; "
+        warn(random_front_end(frontend.backbone, "its captions say nothing about the scene; "
                               "export the bundle with --visual-weights FILE"))
     summary, error = execute(captioner, settings)
     if error:
