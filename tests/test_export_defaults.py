@@ -103,7 +103,7 @@ def test_data_flag_takes_a_dataset_folder(run_cli, tmp_path):
                            "--data", data, "--quiet")
     assert code == 0, err
     report = json.loads((tmp_path / "b" / "manifest.json").read_text())["parity"]["onnxruntime"]
-    assert report.inputs == f"--data {data} (1 images)" and report.cider_references == "dataset"
+    assert report["inputs"] == f"--data {data} (1 images)" and report["cider_references"] == "dataset"
 
 
 def test_export_logs_no_initializer_deduplication_notice(tmp_path, caplog):
