@@ -81,17 +81,19 @@ def measure(fp32_path: Path, int8_path: Path, args) -> dict:
     int8 = Bundle.load(int8_path, providers=["CPUExecutionProvider"], threads=args.threads)
     if fp32.manifest.model != int8.manifest.model or not fp32.has_visual:
         raise EdgecapError(f"{fp32_path} and {int8_path}: not one image model exported twice")
-    record = int8.manifest.parity.get("onnxruntime", {}).get("front_end_int8")
+    parity = int8.manifest.parity.get("onnxruntime")
+    record = parity.front_end_int8 if parity is not None else None
     if record is None:
         raise EdgecapError(f"{int8_path}: no front_end_int8 record (export it with --precision int8)")
     t32, t8 = in_turns(fp32, int8, frames(fp32), args.runs, args.warmup)
     fp32_ms, int8_ms = 1e3 * statistics.median(t32), 1e3 * statistics.median(t8)
-    frontend = fp32.manifest.frontend.get("backbone") or fp32.manifest.model["config"].get("visual", {}).get("kind")
+    m = fp32.manifest
+    frontend = m.frontend.backbone if m.frontend is not None else m.model.config.get("visual", {}).get("kind")
     return {
         "frontend": frontend, "batch": fp32.batch_size, "fp32_ms": fp32_ms, "int8_ms": int8_ms,
         "speedup": fp32_ms / int8_ms, "int8_precision": int8.manifest.graph("visual").precision,
-        **{k: record.get(k) for k in ("feature_cosine", "centred_feature_cosine", "cosine_between_images",
-                                      "caption_agreement", "calibration", "reason")},
+        **{k: getattr(record, k) for k in ("feature_cosine", "centred_feature_cosine", "cosine_between_images",
+                                           "caption_agreement", "calibration", "reason")},
         "fp32_bundle": str(fp32_path), "int8_bundle": str(int8_path),
     }
 

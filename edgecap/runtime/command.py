@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 
 from edgecap.argtypes import BATCH, BEAM, COUNT, FRACTION, POSITIVE, THREADS
-from edgecap.data.acvr import AREAS
+from edgecap.contract.objects import AREAS
 from edgecap.data.coco_categories import CATEGORY_BASES
 
 from .coco_results import DEFAULT_MIN_SCORE
@@ -535,11 +535,11 @@ def run(args) -> int:
     _check(settings)
     captioner = Captioner.from_bundle(settings.bundle, providers=settings.providers,
                                       threads=settings.threads, spin=settings.spin)
-    frontend = captioner.bundle.manifest.frontend or {}
-    if frontend.get("weights") == "random":
+    frontend = captioner.bundle.manifest.frontend
+    if frontend is not None and frontend.random_weights:
         from edgecap.errors import random_front_end, warn
 
-        warn(random_front_end(frontend.get("backbone", "bundle's"), "its captions say nothing about the scene; "
+        warn(random_front_end(frontend.backbone, "its captions say nothing about the scene; "
                               "export the bundle with --visual-weights FILE"))
     summary, error = execute(captioner, settings)
     if error:

@@ -25,12 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgecap import __version__
-from edgecap.contract.runlog import (
-    RUN_END,
-    RUN_START,
-    read_runs,  # noqa: F401 (still importable from here)
-    summary_path,
-)
+from edgecap.contract.runlog import RUN_END, RUN_START, summary_path
 
 from .camera import Frame, GrabberStats
 from .captioner import STAGES, Caption

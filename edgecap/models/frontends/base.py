@@ -22,11 +22,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from edgecap.contract.manifest import RANDOM_WEIGHTS
 from edgecap.errors import EdgecapError, did_you_mean
 from edgecap.models.frontends.openclip_names import open_clip_names
 
 RANDOM_SEED = 0
-RANDOM = "random"  # what the manifest and HDF5 provenance say for seeded random weights
+RANDOM = RANDOM_WEIGHTS  # what the manifest and HDF5 provenance say for seeded random weights
 
 
 @dataclass(frozen=True)
