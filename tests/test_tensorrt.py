@@ -12,7 +12,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from edgecap.contract.manifest import ManifestError, load_manifest
+from edgecap.contract.manifest import ManifestError, ParityNotRun, load_manifest
 from edgecap.errors import EdgecapError
 from edgecap.export.compat import check_file, check_graph, polygraphy_inspect, require_compatible
 from edgecap.runtime.tensorrt_dist import TENSORRT, TENSORRT_RTX, available, installed
@@ -42,7 +42,7 @@ def test_exported_graphs_pass_the_compat_checks_and_polygraphy(bundle_dir):
         dist = available()  # which parser judged: the real one wherever a TensorRT imports
         assert report.checked_by == (f"{dist.title} {__import__(dist.module).__version__}'s ONNX parser" if dist
                                      else "edgecap's list of TensorRT 10.0's ONNX ops (no TensorRT installed)")
-    assert all(v["tensorrt_compatible"] and v["checked_by"] for v in m.checks.values())
+    assert all(v.tensorrt_compatible and v.checked_by for v in m.checks.values())
 
 
 def _model(nodes, inputs, outputs, inits=()):
@@ -177,15 +177,19 @@ def test_trt_export_builds_tensorrt_for_rtx_engines_and_records_where_they_run(r
         assert g.tensorrt.compute_capabilities == targets and g.source == f"{g.role}.onnx"
     # TensorRT for RTX has no timing cache: nothing is written beside the bundle
     assert sorted(p.name for p in out.parent.iterdir()) == ["bundle", "smart.pt"]
-    assert "TensorRT for RTX" in m.checks["visual.onnx"]["checked_by"] and m.versions["tensorrt-rtx"] == tensorrt_rtx.__version__
+    assert "TensorRT for RTX" in m.checks["visual.onnx"].checked_by and m.versions.tensorrt_rtx == tensorrt_rtx.__version__
+    written = json.loads((out / "manifest.json").read_text())  # the keys docs/bundle.md documents
+    assert written["versions"]["tensorrt-rtx"] == tensorrt_rtx.__version__
+    assert written["checks"]["visual.onnx"]["checked_by"] == m.checks["visual.onnx"].checked_by
     parity = m.parity["tensorrt"]
     if engines_run_here():
-        assert parity["passed"] and "parity tensorrt fp32: beam" in printed
+        assert parity.ran and parity.passed and "parity tensorrt fp32: beam" in printed
     else:
-        assert parity == {"precision": "fp32", "ran": False, "reason": parity["reason"]}
-        assert "engines need a supported GPU, and this machine has none" in parity["reason"]
-        assert f"parity tensorrt fp32: not run here: {parity['reason']}" in printed
-    assert m.parity["onnxruntime"]["passed"]
+        assert isinstance(parity, ParityNotRun) and parity.precision == "fp32"
+        assert "engines need a supported GPU, and this machine has none" in parity.reason
+        assert written["parity"]["tensorrt"] == {"precision": "fp32", "ran": False, "reason": parity.reason}
+        assert f"parity tensorrt fp32: not run here: {parity.reason}" in printed
+    assert m.parity["onnxruntime"].passed
 
 
 @needs_rtx
@@ -308,8 +312,8 @@ def test_a_graph_tensorrt_cannot_build_fails_export_with_the_parsers_words(cnn_c
     # an ONNX bundle of the same graph records the parser's verdict in the manifest's checks
     result = export(ckpt, tmp_path / "onnx", samples=1)
     check = result.manifest.checks["encoder.onnx"]
-    assert not check["tensorrt_compatible"] and "operator: Det" in check["problems"][0]
-    assert "ONNX parser" in check["checked_by"] and result.manifest.checks["visual.onnx"]["tensorrt_compatible"]
+    assert not check.tensorrt_compatible and "operator: Det" in check.problems[0]
+    assert "ONNX parser" in check.checked_by and result.manifest.checks["visual.onnx"].tensorrt_compatible
 
 
 def _matmul_relu(path):
@@ -353,7 +357,7 @@ def test_a_build_reports_tensorrts_progress_and_checks_the_bindings(tmp_path):
                                [{"name": "y", "shape": [2, 4], "dtype": "float32"}])
     bar = RecordingBar()
     info = build_engine(src, tmp_path / "mm.engine", "fp32", dist, source_entry=entry, bar=bar)
-    assert (tmp_path / "mm.engine").stat().st_size > 1000 and info["distribution"] == dist.name
+    assert (tmp_path / "mm.engine").stat().st_size > 1000 and info.distribution == dist.name
     assert bar.totals and bar.updates == bar.totals[0] > 0  # TensorRT's top phase, step by step
     assert "Building engine" in bar.phases
     entry.outputs[0].shape = [2, 5]
@@ -369,7 +373,7 @@ def test_trt_int8_builds_from_qdq_graphs_with_float_biases(cnn_ckpt, tmp_path):
     type FP8, FP4, Int4, Int8, or UInt8"), so TensorRT's QDQ graphs keep their biases float."""
     result = export(cnn_ckpt, tmp_path / "int8", engine="trt", precision="int8", samples=1)
     m = result.manifest
-    assert {g.precision for g in m.graphs} == {"int8"} and all(c["tensorrt_compatible"] for c in m.checks.values())
+    assert {g.precision for g in m.graphs} == {"int8"} and all(c.tensorrt_compatible for c in m.checks.values())
     assert {g.tensorrt.int8_mode for g in m.graphs if g.engine == "tensorrt"} == {"qdq"}
     step = onnx.load(str(result.path / "decoder_step.onnx"))
     constants = {i.name: i.data_type for i in step.graph.initializer}
@@ -386,7 +390,7 @@ def test_rebuilding_a_bundles_engines_from_its_onnx_graphs(bundle_dir, run_cli, 
     assert sorted(g.file for g in m.graphs if g.engine == "tensorrt") == [
         "decoder_step.b4.fp32.engine", "encoder.b2.fp32.engine", "visual.b2.fp32.engine"]
     report = m.parity["tensorrt"]
-    assert report.get("passed") if engines_run_here() else report["ran"] is False
+    assert report.passed if engines_run_here() else isinstance(report, ParityNotRun)
     assert load_manifest(bundle_dir).graph("encoder", "tensorrt") is None  # the source bundle is untouched
 
 
@@ -395,7 +399,7 @@ def test_trt_engines_caption_on_a_supported_gpu(rtx_export):
     from edgecap.runtime.session import Bundle
 
     b = Bundle.load(rtx_export[0])
-    assert b.engine == "tensorrt" and load_manifest(rtx_export[0]).parity["tensorrt"]["passed"]
+    assert b.engine == "tensorrt" and load_manifest(rtx_export[0]).parity["tensorrt"].passed
     images = np.zeros((b.batch_size, 3, 16, 16), np.float32)
     assert len(b.captions(b.decode(b.encode(*b.visual(images))))) == b.batch_size
 
@@ -411,8 +415,8 @@ def test_trt_fp16_builds_a_vit_visual_graph_with_fp32_layer_norms(tmp_path):
     visual = result.manifest.graph("visual", "tensorrt")
     assert visual.tensorrt.fp32_layers == 2 * 24 + 2  # ln_1 / ln_2 per block, ln_pre, ln_post
     report = result.parity["tensorrt"]
-    assert report["max_abs_delta"]["visual"] < 0.05 * max(1.0, report["feature_scale"])
-    assert "visual_beam_identical" in report
+    assert report.max_abs_delta["visual"] < 0.05 * max(1.0, report.feature_scale)
+    assert report.visual_beam_identical is not None
 
 
 def test_tensorrt_for_rtx_verdict_and_runtime_cache_without_a_gpu(tmp_path, capsys):

@@ -56,12 +56,13 @@ def test_every_family_builds_engines_whose_bindings_are_the_manifests(bundles, n
         assert parsed_bindings(path / engine.source, dist) == {
             **{t.name: ("input", t.dtype, t.shape) for t in engine.inputs},
             **{t.name: ("output", t.dtype, t.shape) for t in engine.outputs}}
-    assert all(c["tensorrt_compatible"] and "ONNX parser" in c["checked_by"] for c in m.checks.values()), m.checks
+    assert all(c.tensorrt_compatible and "ONNX parser" in c.checked_by for c in m.checks.values()), m.checks
     parity = m.parity["tensorrt"]
+    assert parity.precision == precision
     if engines_run_here(dist):
-        assert parity["passed"] and parity["precision"] == precision
+        assert parity.ran and parity.passed
     else:
-        assert parity["ran"] is False and "engines need a supported GPU" in parity["reason"]
+        assert not parity.ran and "engines need a supported GPU" in parity.reason
 
 
 @needs_gpu

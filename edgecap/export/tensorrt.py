@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgecap.contract.manifest import ParityNotRun, TensorRTInfo
 from edgecap.errors import EdgecapError
 from edgecap.io import atomic_path
 from edgecap.runtime.engines import (
@@ -322,8 +323,8 @@ def _build_bar(onnx_path: Path, progress: bool):
 def build_engine(onnx_path: Path, engine_path: Path, precision: str, dist: Distribution = TENSORRT,
                  workspace_mb: int = 1024, timing_cache: Path | None = None, int8_mode: str = "qdq",
                  calibration_feeds: list[dict] | None = None, source_entry=None, progress: bool = False,
-                 bar=None) -> dict:
-    """Build and write one engine; -> the manifest's `tensorrt` record.
+                 bar=None) -> TensorRTInfo:
+    """Build and write one engine; -> the manifest's `tensorrt` record of it.
 
     source_entry: the ONNX graph's manifest entry; the network TensorRT parsed (the engine's
     bindings) must have exactly its inputs and outputs. bar: a tqdm-like bar the build's
@@ -369,9 +370,9 @@ def build_engine(onnx_path: Path, engine_path: Path, precision: str, dist: Distr
     if cache is not None:
         with atomic_path(timing_cache) as tmp:
             tmp.write_bytes(bytes(cache.serialize()))
-    return {"distribution": dist.name, "version": trt.__version__, **_where_built(dist, targets),
-            "workspace_mb": int(workspace_mb), "int8_mode": int8_mode if precision == "int8" else "",
-            "fp32_layers": fp32_norms}
+    return TensorRTInfo.from_dict({"distribution": dist.name, "version": trt.__version__, **_where_built(dist, targets),
+                                   "workspace_mb": int(workspace_mb), "int8_mode": int8_mode if precision == "int8" else "",
+                                   "fp32_layers": fp32_norms}, f"{engine_path.name}'s tensorrt record")
 
 
 def timing_cache_path(settings, out: Path, dist: Distribution) -> Path | None:
@@ -382,10 +383,10 @@ def timing_cache_path(settings, out: Path, dist: Distribution) -> Path | None:
     return out.with_name(out.name + ".timing-cache") if dist.cache == "timing" else None
 
 
-def engines_not_run(manifest, root: Path, precision: str, named: Path | None = None) -> dict | None:
+def engines_not_run(manifest, root: Path, precision: str, named: Path | None = None) -> ParityNotRun | None:
     """The parity record of engines this machine cannot run (no GPU, or one they were not built
     for: TensorRT for RTX builds without one), saying why; None when they can run here.
     named: the bundle's path in the advice (default: root)."""
     engine = next(g for g in manifest.graphs if g.engine == "tensorrt")
     why = why_engine_cannot_run(engine, named or root, advice=False)
-    return {"precision": precision, "ran": False, "reason": why} if why else None
+    return ParityNotRun(precision, why) if why else None
