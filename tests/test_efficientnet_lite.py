@@ -69,7 +69,7 @@ def test_fp32_bundle_sees_the_tripod_and_the_espresso(bundle):
     from edgecap.runtime.session import Bundle
 
     loaded = Bundle.load(bundle, providers=["CPUExecutionProvider"])
-    assert loaded.manifest.frontend["weights"] == "efficientnet-lite0-57934424.pth"
+    assert loaded.manifest.frontend.weights == "efficientnet-lite0-57934424.pth"
     (images,) = image_batches([photo("camera.png"), photo("coffee.png")], loaded.preprocessing, loaded.batch_size)
     feats, _ = loaded.visual(images)
     p = _probabilities(feats, imagenet_head(PACKAGE))
