@@ -109,7 +109,11 @@ def read_image(path: Path) -> np.ndarray:
         raise BadFrame(f"{path}: {problem}")
     # decoded from the bytes just checked: the file is read once, and what is decoded is what
     # was checked even if the file changes meanwhile (imdecode applies EXIF orientation as imread does)
-    return check_image(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), str(path))
+    try:
+        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error as exc:  # OpenCV asserts instead of returning None on some inputs
+        raise BadFrame(f"{path}: cannot decode ({str(exc).strip().splitlines()[-1][:160]})") from None
+    return check_image(image, str(path))
 
 
 def no_images_reason(path: Path) -> str:
