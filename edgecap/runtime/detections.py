@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from edgecap.contract.objects import objects_in_view
 from edgecap.errors import EdgecapError
 from edgecap.jsonio import BOM, json_lines, read_bytes
 
@@ -90,6 +91,7 @@ class Detections:
         self.note = ""
         self._frames: dict[int | str, list] = {}
         self._seen: set[int | str] = set()
+        self.outside = 0  # boxes of captioned frames with no part inside the frame: left out
         self._measure_masks = False
         raw = read_bytes(self.path, where=f"--detections {self.path}")
         doc = _results_array(raw)
@@ -152,8 +154,10 @@ class Detections:
         if entry is None:
             return None
         self._seen.add(key)
-        return [KnownObject.measured(cls, box, self._mask_area(mask, width, height), width, height, self.area)
-                for cls, box, mask in entry]
+        objects, outside = objects_in_view([(cls, box, self._mask_area(mask, width, height)) for cls, box, mask in entry],
+                                           width, height, self.area)
+        self.outside += outside
+        return objects
 
     def _mask_area(self, mask, width: int, height: int) -> float | None:
         if mask is None or isinstance(mask, float):
@@ -175,7 +179,16 @@ class Detections:
         frame matched (a misnamed folder, a results file of another split, a stopped run)."""
         unmatched = self.unmatched()
         return {"path": str(self.path), "format": "coco results" if self.coco else "jsonl",
-                "ids": len(self), "unmatched_ids": len(unmatched), "unmatched_examples": unmatched[:5]}
+                "ids": len(self), "unmatched_ids": len(unmatched), "unmatched_examples": unmatched[:5],
+                "boxes_outside_frame": self.outside}
+
+    def outside_note(self) -> str:
+        """The line a run ends with when boxes lay wholly outside their frames ('' if none)."""
+        if not self.outside:
+            return ""
+        return (f"--detections {self.path}: {self.outside} box{'es' * (self.outside != 1)} lay wholly outside "
+                "the captioned frame: left out of the objects in view (boxes reaching past an edge count by "
+                "their visible part)")
 
     def check_folder(self, images: list[Path], where: str) -> None:
         """Before a run over a folder: refuse a file none of whose ids names one of its images
