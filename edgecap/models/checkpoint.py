@@ -114,6 +114,8 @@ def check_checkpoint_out(path: str | os.PathLike, flag: str = "--out") -> None:
 
 def read_payload(path: str | os.PathLike) -> dict:
     path = Path(path)
+    if path.is_dir():
+        raise EdgecapError(f"checkpoint {path} is {_directory_kind(path)}")
     if not path.is_file():
         raise EdgecapError(f"checkpoint {path} does not exist")
     try:
@@ -136,6 +138,18 @@ def read_payload(path: str | os.PathLike) -> dict:
     if payload["format_version"] == 1:
         _add_v1_positions(payload, path)
     return payload
+
+
+def _directory_kind(path: Path) -> str:
+    """What a directory given as a checkpoint is, and which file to name instead."""
+    from edgecap.io import BUNDLE
+
+    if BUNDLE.owns(path):
+        return ("an exported bundle (ONNX graphs, no PyTorch weights), not a checkpoint: name the .pt it was "
+                "exported from (a run directory's best.pt)")
+    found = [name for name in ("best.pt", "last.pt") if (path / name).is_file()]
+    hint = f": name a file in it, e.g. {path / found[0]}" if found else " (an edgecap .pt file)"
+    return f"a directory, not a checkpoint{hint}"
 
 
 def _add_v1_positions(payload: dict, path) -> None:
