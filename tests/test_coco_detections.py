@@ -351,3 +351,31 @@ def test_a_results_file_naming_no_image_of_the_folder_is_refused_before_the_run(
     lines.write_text('{"frame_id": 5, "objects": []}\n')
     with pytest.raises(EdgecapError, match=r"none of its 1 frame_ids \(5\) is one of the positions of its 2 images"):
         execute(Captioner(FakeBundle()), RunSettings(source=str(folder), detections=str(lines)), out=io.StringIO())
+
+
+def test_a_coco_annotation_file_given_as_detections_is_named_as_one(tmp_path):
+    """It said "'frame_id' must be an integer"; the user had the ground truth, not a detector's output."""
+    annotations = {"info": {"description": "val"}, "licenses": [],
+                   "images": [{"id": 139, "file_name": "000000000139.jpg", "width": 20, "height": 20}],
+                   "annotations": [{"id": 1, "image_id": 139, "category_id": 47, "bbox": [0, 0, 5, 5], "area": 25,
+                                    "iscrowd": 0, "segmentation": [[0, 0, 5, 0, 5, 5, 0, 5]]}],
+                   "categories": [{"id": 47, "name": "cup", "supercategory": "kitchen"}]}
+    for indent in (None, 2):  # as written by json.dump, on one line or pretty-printed
+        path = tmp_path / "instances_val2017.json"
+        path.write_text(json.dumps(annotations, indent=indent))
+        coco = pytest.importorskip("pycocotools.coco")
+        assert coco.COCO(str(path)).getAnnIds() == [1]  # what pycocotools reads as ground truth
+        with pytest.raises(EdgecapError) as info:
+            Detections(path)
+        assert str(info.value).startswith(f"--detections {path}: a COCO annotation file (ground truth: images, "
+                                          "annotations, categories), not detector results")
+
+
+def test_an_empty_results_array_means_the_detector_found_nothing(tmp_path):
+    """`[]` is what detectron2's COCOEvaluator and ultralytics write when nothing was detected;
+    it was refused as "not COCO detection results"."""
+    folder = _folder(tmp_path, [("139.png", RED), ("285.png", GREEN)])
+    recs = _run(tmp_path, folder, [])
+    assert {k: r["objects"] for k, r in recs.items()} == {"139.png": [], "285.png": []}
+    summary = json.loads((tmp_path / "run.summary.json").read_text())
+    assert summary["detections"]["ids"] == 0 and summary["frames_captioned"] == 2

@@ -57,6 +57,24 @@ def _object(obj, where: str) -> tuple[str, tuple[float, float, float, float], fl
     return canonical_class(cls), (left, top, right, bottom), area
 
 
+def _refuse_annotations(raw: bytes, path: Path) -> None:
+    """A COCO annotation file (ground truth: a JSON object with images, annotations and
+    categories) given where a detector's output belongs is said to be one, not read as a JSON
+    Lines file whose first line lacks a frame_id."""
+    text = raw[len(BOM):] if raw.startswith(BOM) else raw
+    if not text.lstrip().startswith(b"{"):
+        return
+    try:
+        doc = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):  # several lines: JSON Lines, read as such
+        return
+    if isinstance(doc, dict) and "annotations" in doc and "images" in doc:
+        raise EdgecapError(f"--detections {path}: a COCO annotation file (ground truth: images, annotations, "
+                           "categories), not detector results; give the detector's output (a COCO results array "
+                           "[{\"image_id\", \"category_id\", \"bbox\", \"score\"}, ...] or edgecap's JSON Lines), "
+                           "or pass this file as --categories FILE for its class names")
+
+
 def _has_pycocotools() -> bool:
     import importlib.util
 
@@ -94,10 +112,16 @@ class Detections:
         self.outside = 0  # boxes of captioned frames with no part inside the frame: left out
         self._measure_masks = False
         raw = read_bytes(self.path, where=f"--detections {self.path}")
+        _refuse_annotations(raw, self.path)
         doc = _results_array(raw)
         self.coco = doc is not None
         self.categories = (categories or COCO) if self.coco else None  # the class set coverage reads
-        if self.coco:
+        # `[]`: a detector that found nothing in any frame (detectron2, ultralytics write that): every
+        # frame has no objects, as a frame whose boxes were all under --min-score
+        self.found_nothing = doc == []
+        if self.found_nothing:
+            self.note = "an empty results array: the detector found nothing, every frame has no objects"
+        elif self.coco:
             if not is_coco_results(doc):
                 raise EdgecapError(f"--detections {self.path}: a JSON array, but not COCO detection results "
                                    "(expected [{\"image_id\", \"category_id\", \"bbox\": [x, y, w, h], \"score\"}, ...])")
@@ -113,7 +137,7 @@ class Detections:
                     require("pycocotools.mask", "coco", "the area of a detection's segmentation")
         else:
             self._read_lines(raw)
-        if not self._frames:
+        if not self._frames and not self.found_nothing:
             raise EdgecapError(f"--detections {self.path}: no frames in the file")
 
     def _read_lines(self, raw: bytes) -> None:
@@ -150,7 +174,7 @@ class Detections:
                 image_name: str | None = None) -> list[KnownObject] | None:
         """The frame's objects, or None when the file says nothing about this frame."""
         key = self.frame_key(frame_id, image_name)
-        entry = self._frames.get(key)
+        entry = [] if self.found_nothing else self._frames.get(key)
         if entry is None:
             return None
         self._seen.add(key)
@@ -195,7 +219,7 @@ class Detections:
         (COCO results: a file stem; JSON Lines: a position in name order), in one line naming
         a few of each, instead of captioning the whole folder with no objects."""
         expected = [self.frame_key(i, p.name) for i, p in enumerate(images)]
-        if set(expected) & self._frames.keys():
+        if self.found_nothing or set(expected) & self._frames.keys():
             return
         ids = _ordered(self._frames)
         what = ("file stems" if self.coco else "positions") + f" of its {len(images)} images"
