@@ -184,14 +184,51 @@ def write_error(exc: OSError, target: Path, flag: str = "", within: Path | None 
     With `within`, an error naming a path is one only when that path lies under `within`
     (a missing input file read while writing is not a write error).
     """
-    if exc.errno not in _WRITE_ERRNOS:
-        return None
+    if exc.errno not in _WRITE_ERRNOS or _inside_a_work_dir(target):
+        return None  # a file inside an output being built: its writer names that output
     if within is not None and exc.errno not in _FULL_ERRNOS:
         named = exc.filename and os.path.abspath(exc.filename).startswith(str(within) + os.sep)
         if not named:
             return None
     where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(target) else ""
-    return EdgecapError(f"cannot write {flag + ' ' if flag else ''}{target}: {exc.strerror}{where}")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where += f" ({free_space(target)})"
+    return EdgecapError(f"cannot write {flag + ' ' if flag else ''}{target}: {exc.strerror or os.strerror(exc.errno)}"
+                        f"{where}")
+
+
+def _inside_a_work_dir(target: Path) -> bool:
+    """Whether `target` lies in a work directory this process has open (manifest.json written
+    into a bundle being built): an error there is the enclosing output's to report."""
+    target = Path(os.path.abspath(target))
+    return any(work.path is not None and work.path in target.parents for work in list(_OPEN))
+
+
+def is_full(exc: BaseException) -> bool:
+    """An OSError that says the disk (or the user's quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_space(path: str | os.PathLike) -> str:
+    """'12 kB free on /mnt/card': what is left on the file system `path` is (or would be) on,
+    for the one line a full disk gives."""
+    where = nearest_existing(path)
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return "free space unknown"
+    mount = where
+    while not os.path.ismount(mount) and mount.parent != mount:
+        mount = mount.parent
+    return f"{_human_bytes(free)} free on {mount}"
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
 
 
 # -- work directories: private, locked, renamed into place -----------------------------------
@@ -507,6 +544,24 @@ def atomic_dir(path: str | os.PathLike, kind: DirKind, force: bool = False, flag
         raise write_error(exc, target, flag, within=work.path) or exc from None
     finally:
         work.close()
+
+
+def append_whole(fh, data: bytes, target: str | os.PathLike, flag: str = "") -> None:
+    """Append `data` (whole lines) to the unbuffered binary file `fh` (open(..., "ab" or "wb",
+    buffering=0)), which is written in place: a caption or metrics log that a killed run must
+    leave readable. When the write fails part-way (a full disk), the file is cut back to where it
+    was, so it still ends with a whole line, and the one-line error names the file (and the free
+    space); nothing is left in a buffer to fail again when the file is closed."""
+    start = os.fstat(fh.fileno()).st_size
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[fh.write(view):]
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fh.fileno(), start)
+            fh.seek(start)  # a file opened "wb" would go on past the cut, leaving a hole of NUL bytes
+        raise write_error(exc, Path(target), flag) or exc from None
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

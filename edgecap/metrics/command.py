@@ -245,7 +245,9 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
                 captions.append(caption if isinstance(caption, str) else "")
                 gts.append(class_areas(objects))
             start = run.start or {}
-            ending = "ended normally" if run.end else ("no run_end: killed" if run.start else "written without --append")
+            ending = ("ended normally" if run.end and not run.end.get("cut_short") else
+                      f"cut short: {run.end.get('stopped_by')}" if run.end else
+                      "no run_end: killed" if run.start else "written without --append")
             if isinstance(start.get("wall_time"), (int, float)):
                 began = datetime.fromtimestamp(start["wall_time"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
                 ending = f"started {began}, {ending}"

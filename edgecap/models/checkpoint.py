@@ -62,9 +62,23 @@ def save_checkpoint(
         "state_dict": state,
         "meta": dict(meta or {}),
     }
-    with atomic_path(path, suffix=".pt") as tmp:
-        torch.save(payload, tmp)
+    save_payload(payload, path)
     return Path(path)
+
+
+def save_payload(payload: dict, path: str | os.PathLike) -> None:
+    """torch.save `payload` to `path` atomically. Through a Python file object: given a path,
+    torch writes with its own C++ writer, and a full disk surfaces as "RuntimeError: [enforce fail
+    at inline_container.cc:672] . unexpected pos"; through the file it is the OSError (ENOSPC)
+    that atomic_path turns into one line naming the file and the free space (torch's zip writer
+    then fails again while closing; that RuntimeError hides the OSError, which is raised instead)."""
+    with atomic_path(path, suffix=".pt") as tmp, open(tmp, "wb") as fh:
+        try:
+            torch.save(payload, fh)
+        except RuntimeError as exc:
+            if isinstance(exc.__context__, OSError):
+                raise exc.__context__ from None
+            raise
 
 
 def check_weights(expected: dict, weights: dict, where: str, why: str, prefix: str = "") -> None:

@@ -293,21 +293,30 @@ def opencv_quiet():
     the capture thread's reports). OPENCV_LOG_LEVEL set by the user leaves everything as is."""
     import threading
 
-    import cv2
 
     lines: list[str] = []
     if os.environ.get("OPENCV_LOG_LEVEL"):
         yield lines
         return
-    logging = cv2.utils.logging
-    level = logging.getLogLevel()
-    logging.setLogLevel(logging.LOG_LEVEL_SILENT)
-    try:
+    with opencv_log_silent():
         if threading.current_thread() is threading.main_thread():
             with stderr_lines() as lines:
                 yield lines
         else:
             yield lines
+
+
+@contextlib.contextmanager
+def opencv_log_silent():
+    """OpenCV's own log lines ([ WARN ] ...) off for the block, where the caller reports the
+    outcome itself (a capture that does not open, a video frame that could not be written)."""
+    import cv2
+
+    logging = cv2.utils.logging
+    level = logging.getLogLevel()
+    logging.setLogLevel(logging.LOG_LEVEL_SILENT)
+    try:
+        yield
     finally:
         logging.setLogLevel(level)
 
