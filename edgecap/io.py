@@ -390,6 +390,10 @@ class WorkDir:
         self.target, self.flag = _absolute(target, flag), flag
         self.fd: int | None = None
         self.path: Path | None = None
+        self.committed = False
+        # the folders made for the target, removed again (when empty) if nothing is committed:
+        # a write that fails (a full disk) leaves no empty --out folder behind
+        self._made = [d for d in (self.target.parent, *self.target.parent.parents) if not d.exists()]
         remove_orphans(self.target)
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
@@ -438,6 +442,7 @@ class WorkDir:
             os.replace(tmp, self.target)
         except OSError as exc:
             raise write_error(exc, self.target, self.flag, within=self.path) or exc from None
+        self.committed = True
 
     def finish(self, complete, tmp: Path | None = None) -> None:
         """The ending of an output written over a run (a video, an MCAP or rerun log):
@@ -456,6 +461,11 @@ class WorkDir:
             os.close(self.fd)
             self.fd = None
         _OPEN.discard(self)
+        if not self.committed:
+            for folder in self._made:  # deepest first; one something else was put into stays
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            self._made = []
 
 
 class RunOutput:
@@ -515,6 +525,30 @@ def atomic_path(path: str | os.PathLike, suffix: str = "", flag: str = ""):
 
 
 @contextlib.contextmanager
+def atomic_files(paths: list[str | os.PathLike], flag: str = ""):
+    """Several files that make one output (a report and its charts), in a directory that may
+    hold anything else: yield a temporary path for each (same name, in a work directory beside
+    it); only once the block has written them all is each renamed onto its target. A failure
+    (a full disk at the last chart) leaves every target as it was. A temporary the block did
+    not write (a chart with nothing to draw) leaves its target alone."""
+    works: list[WorkDir] = []
+    try:
+        for path in paths:
+            works.append(WorkDir(path, flag))
+        tmps = [work.file() for work in works]
+        yield tmps
+        for work, tmp in zip(works, tmps, strict=True):
+            if tmp.exists():
+                work.commit(tmp)
+    except OSError as exc:  # named by the folder the output goes into: any of its files may have failed
+        folder = Path(os.path.abspath(paths[0])).parent
+        raise write_error(exc, folder, flag, within=folder) or exc from None
+    finally:
+        for work in reversed(works):  # the first made the folder: it goes last, once empty
+            work.close()
+
+
+@contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, kind: DirKind, force: bool = False, flag: str = "--out"):
     """Yield a temporary directory beside `path`; move it onto `path` on success.
 
@@ -540,6 +574,7 @@ def atomic_dir(path: str | os.PathLike, kind: DirKind, force: bool = False, flag
                 if os.path.lexists(old):
                     os.replace(old, target)
                 raise
+            work.committed = True
     except OSError as exc:
         raise write_error(exc, target, flag, within=work.path) or exc from None
     finally:

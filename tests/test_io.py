@@ -236,7 +236,7 @@ def test_sigterm_during_export_leaves_nothing(tmp_path):
     code, err = _signal_midway(["export", ckpt, "--engine", "onnx", "--out", tmp_path / "out" / "bundle",
                                  "--samples", 64, "--quiet"], tmp_path / "out")
     assert code == 128 + signal.SIGTERM, err
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # the folder made for the bundle goes too
 
 
 def test_a_full_disk_is_one_line_naming_the_target_and_leaves_nothing(tmp_path):

@@ -349,7 +349,9 @@ def run_coverage(args) -> int:
               + (f", unknown classes: {', '.join(c['unknown_classes'])}" if c["unknown_classes"] else ""))
     report = _report_path(args, "coverage")
     if report:
-        from edgecap.io import write_json_atomic
+        import json
+
+        from edgecap.io import atomic_files
 
         options = {"profit": args.profit, "multiword": args.multiword, "thresholds": list(scorer.thresholds),
                    "threshold_rule": "area > threshold", "area": area or "as recorded",
@@ -367,12 +369,13 @@ def run_coverage(args) -> int:
         for name, rec in recorded.items():  # --records: what the run reported, and re-scored minus it
             doc["files"][name]["recorded"] = {
                 **rec, "difference": coverage_difference(summaries[name]["thresholds"], rec["thresholds"])}
-        write_json_atomic(report, doc)
-        written = [report]
-        if not args.no_plot:
-            from edgecap.metrics.report import plot_coverage
+        from edgecap.metrics.report import PLOTS, plot_coverage
 
-            written += plot_coverage(summaries, report.parent)
+        charts = [] if args.no_plot else [report.parent / name for name in PLOTS]
+        with atomic_files([report, *charts], "--out") as tmps:  # the report and its charts, or none of them
+            tmps[0].write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+            written = [report] + (plot_coverage(summaries, report.parent, dict(zip(charts, tmps[1:], strict=True)))
+                                  if charts else [])
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
