@@ -213,14 +213,21 @@ def free_space(path: str | os.PathLike) -> str:
     """'12 kB free on /mnt/card': what is left on the file system `path` is (or would be) on,
     for the one line a full disk gives."""
     where = nearest_existing(path)
-    try:
-        free = shutil.disk_usage(where).free
-    except OSError:
+    free = free_bytes(where)
+    if free is None:
         return "free space unknown"
     mount = where
     while not os.path.ismount(mount) and mount.parent != mount:
         mount = mount.parent
     return f"{_human_bytes(free)} free on {mount}"
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """Bytes free for this user on the file system `path` is (or would be) on; None if unknown."""
+    try:
+        return shutil.disk_usage(nearest_existing(path)).free
+    except OSError:
+        return None
 
 
 def _human_bytes(n: float) -> str:

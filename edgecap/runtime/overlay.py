@@ -192,6 +192,7 @@ def annotate(record: Record, min_width: int = MIN_WIDTH, caption_lines: int | No
 # containers OpenCV's writer fills with mp4v video (checked with OpenCV 4.x and 5.x)
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".avi", ".mkv")
 VIDEO_CODEC = "mp4v"
+FULL_BELOW = 1 << 20  # bytes: less free than this when FFmpeg fails to write is a full disk
 
 
 def check_video_path(path: str | os.PathLike) -> None:
@@ -258,15 +259,20 @@ class VideoSink:
         with opencv_log_silent():  # its "FFmpeg: Failed to write frame" warning: our error says it once
             written = self._writer.write(frame)
         if written is False:  # None from OpenCV 4, whose writer reports nothing: the read-back catches it
-            message = self._failure(f"OpenCV's writer failed at frame {self.count}")  # the space before it is freed
+            # the message first: it says how much space is free, before the work directory's is given back
+            message = self._failure(f"OpenCV's writer failed at frame {self.count}; no video written")
             self._abort()
             raise EdgecapError(message)
         self.count += 1
 
     def _failure(self, what: str) -> str:
-        from edgecap.io import free_space
+        """OpenCV passes on no errno: a disk with less than FULL_BELOW free is taken to be full."""
+        from edgecap.io import free_bytes, free_space
 
-        return f"cannot write --save-video {self.path}: {what} ({free_space(self.path)}); no video written"
+        free = free_bytes(self.path)
+        if free is not None and free < FULL_BELOW:
+            return f"cannot write --save-video {self.path}: No space left on device ({free_space(self.path)}): {what}"
+        return f"cannot write --save-video {self.path}: {what} ({free_space(self.path)})"
 
     def _finish(self) -> None:
         """Release the writer and read the file back: it must open and hold every frame."""
@@ -281,7 +287,8 @@ class VideoSink:
             capture.release()
         if frames != self.count:
             found = "does not open" if frames < 0 else f"holds {frames} of its {self.count} frames"
-            raise EdgecapError(self._failure(f"the finished video {found} (FFmpeg could not write it whole)"))
+            raise EdgecapError(self._failure(f"the finished video {found} (FFmpeg could not write it whole); "
+                                             "no video written"))
 
     def _abort(self) -> None:
         if self._writer is not None:
