@@ -352,8 +352,13 @@ def glob_escape(name: str) -> str:
 
 def _remove_tree(work: Path) -> None:
     """Delete a work directory, its lock file last, so a half-removed one is never mistaken
-    for an orphan by someone else while we still hold the lock."""
-    for entry in work.iterdir():
+    for an orphan by someone else while we still hold the lock. One already gone is fine: a
+    signal can end a first removal half-way, and the cleanup after it removes what is left."""
+    try:
+        entries = list(work.iterdir())
+    except FileNotFoundError:
+        return
+    for entry in entries:
         if entry.name == LOCK_NAME:
             continue
         if entry.is_dir() and not entry.is_symlink():
@@ -462,11 +467,13 @@ class WorkDir:
             self.close()
 
     def close(self) -> None:
+        """Remove the work directory and release its lock. It may run twice (a second Ctrl-C
+        in the middle of it, then `close_work_dirs`): each step is safe to repeat."""
         if self in _OPEN and self.path is not None:
             _remove_tree(self.path)
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        fd, self.fd = self.fd, None  # cleared first: a second close must not close the fd again
+        if fd is not None:
+            os.close(fd)
         _OPEN.discard(self)
         if not self.committed:
             for folder in self._made:  # deepest first; one something else was put into stays

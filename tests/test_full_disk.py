@@ -1,6 +1,7 @@
 """A disk that fills up under any writer (issue 41): one line naming the output and the free
 space, exit 1, nothing under the output's final name, no work directory left behind, and a
-caption log whose records stay whole and end with a line saying the run was cut short.
+caption log whose records stay whole and end with a line saying the run was cut short (as a
+run cut short by a second Ctrl-C does).
 
 Each command runs with its output on a real, small tmpfs, mounted in a private mount namespace
 (`unshare -m`, or `unshare -rm` without root), so the file system itself says ENOSPC; its
@@ -258,6 +259,45 @@ def test_two_sigints_that_cut_a_run_short_leave_a_last_line_saying_so(tmp_path):
         last = json.loads(log.read_text().splitlines()[-1])
         assert (last["kind"], last["stopped_by"], last["cut_short"]) == ("run_end", "interrupted (SIGINT)", True)
         assert "frames_captioned" in last and "coverage_mean" in last
+
+
+@pytest.mark.parametrize("gap", [0.001, 0.03])
+def test_two_sigints_to_a_real_run_end_it_in_order_or_say_it_was_interrupted(bundle, tmp_path, gap):
+    """Ctrl-C twice, `gap` seconds apart, to a real `edgecap run`: where the second lands (in the
+    loop, while the outputs close, while the summary is written) decides between exit 0 with a
+    summary and exit 130, but never a traceback or a half line, and a log whose last line is a
+    run_end says why the run ended. (A second signal during the summary's write was a
+    FileNotFoundError traceback: the work directory's removal ran twice.)"""
+    import signal
+    import time
+
+    jsonl = tmp_path / "r.jsonl"
+    for _ in range(3):
+        jsonl.unlink(missing_ok=True)
+        proc = subprocess.Popen([sys.executable, "-m", "edgecap", "run", str(bundle), "--source",
+                                 "synth://tabletop?size=32&fps=200", "--jsonl", str(jsonl), "--quiet"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": REPO}, cwd=tmp_path)
+        deadline = time.monotonic() + 120
+        while not (jsonl.exists() and jsonl.read_text().count("\n") >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(gap)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode in (0, 130) and "Traceback" not in err, err
+        text = jsonl.read_text()
+        assert text.endswith("\n")
+        records = [json.loads(line) for line in text.splitlines()]  # every line whole
+        if proc.returncode == 0:
+            assert "summary:" in out
+            assert json.loads((tmp_path / "r.summary.json").read_text())["stopped_by"] == "signal"
+        else:
+            assert err.strip().splitlines()[-1] == "edgecap run: interrupted"
+        if records[-1].get("kind") == "run_end":
+            assert records[-1]["stopped_by"] == "interrupted (SIGINT)" and records[-1]["cut_short"] is True
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no work directory
 
 
 def test_eval_coverage_reports_a_cut_short_run_as_cut_short(tmp_path, capsys):
