@@ -179,3 +179,29 @@ def test_front_int8_benchmark_times_both_graphs_in_turns(cnn_ckpt, tmp_path, cap
     assert "| front end | B | fp32 ms | int8 ms | speed-up |" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench.parse_args([str(fp32)])  # bundles come in pairs
+
+
+@pytest.mark.parametrize("bad", ["cut JPEG", "symlink loop", "empty file"])
+def test_int8_calibration_folder_with_a_bad_image_is_refused_as_run_would_skip_it(run_cli, cnn_ckpt, photos,
+                                                                                  tmp_path, bad):
+    """--calibration reads a folder as `edgecap run` does: the grey lower half of a JPEG cut short
+    used to calibrate the int8 ranges silently, and a symlink loop was "cannot decode frame"."""
+    import os
+    import shutil
+
+    folder = tmp_path / "calib"
+    shutil.copytree(photos, folder)
+    if bad == "cut JPEG":
+        data = cv2.imencode(".jpg", cv2.imread(str(folder / "frame00.png")))[1].tobytes()
+        (folder / "frame02.jpg").write_bytes(data[: len(data) // 2])
+        reason = "damaged JPEG: cut short (no end-of-image marker after its last scan)"
+    elif bad == "symlink loop":
+        os.symlink("frame02.jpg", folder / "frame02.jpg")
+        reason = "cannot read (symbolic link loop)"
+    else:
+        (folder / "frame02.jpg").write_bytes(b"")
+        reason = "empty (0 bytes)"
+    code, _, err = run_cli("export", cnn_ckpt, "--engine", "onnx", "--precision", "int8", "--calibration", folder,
+                           "--samples", 1, "--out", tmp_path / "b", "--quiet")
+    _one_line(code, err, f"--calibration: {folder / 'frame02.jpg'}: {reason}")
+    assert not (tmp_path / "b").exists()

@@ -157,6 +157,44 @@ def test_init_from_refusals(world, straight, tmp_path, run_cli):
     assert code == 1 and "--init-from starts a new run" in err
 
 
+def test_train_init_from_a_bundle_directory_says_it_is_a_bundle(world, straight, tmp_path, run_cli):
+    from tests._export_util import export
+
+    run, _ = straight
+    bundle = export(run / "best.pt", tmp_path / "bundle").path
+    config = tmp_path / "tiny.toml"
+    config.write_text(to_toml(_cfg(world).to_dict()))
+    code, _, err = run_cli("train", "--config", config, "--out", tmp_path / "y", "--init-from", bundle, "--quiet")
+    assert code == 1, err
+    assert err.strip().splitlines() == [  # it used to say the checkpoint "does not exist"
+        f"edgecap train: error: checkpoint {bundle} is an exported bundle (ONNX graphs, no PyTorch weights), not a "
+        "checkpoint: name the .pt it was exported from (a run directory's best.pt)"]
+    code, _, err = run_cli("train", "--config", config, "--out", tmp_path / "y", "--init-from", run, "--quiet")
+    assert code == 1 and f"checkpoint {run} is a directory, not a checkpoint: name a file in it, e.g. " \
+        f"{run / 'best.pt'}" in err
+
+
+def test_train_init_from_with_set_min_count_is_refused_not_ignored(world, straight, tmp_path, run_cli):
+    """The vocabulary is the checkpoint's; `--set data.min_count=5` printed "(min_count 5)" over it."""
+    from edgecap.train.startup import summary_block
+
+    run, _ = straight
+    config = tmp_path / "tiny.toml"
+    config.write_text(to_toml(_cfg(world).to_dict()))
+    code, _, err = run_cli("train", "--config", config, "--out", tmp_path / "y", "--init-from", run / "last.pt",
+                           "--set", "data.min_count=5", "--quiet")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "--set data.min_count=5: a run started from --init-from" in err and "keeps that checkpoint's vocabulary" in err
+    assert not (tmp_path / "y").exists()
+    # a config's own min_count (every config has one) is not refused: the summary says it does not apply
+    trainer = Trainer(_cfg(world, data={"min_count": 5}, run={"init_from": str(run / "last.pt")}), out=tmp_path / "z",
+                      progress=False)
+    trainer.setup()
+    line = next(x for x in summary_block(trainer) if "vocabulary" in x)
+    assert f"vocabulary: {len(trainer.vocab)} words (the --init-from checkpoint's; [data].min_count does not apply)" \
+        in line
+
+
 def test_a_finished_run_resumed_with_more_phases_goes_on_as_if_planned(world, tmp_path, run_cli):
     planned = _cfg(world, schedule={"epochs": 2, "patience": 0}, scst={"epochs": 1, "patience": 0})
     xe_only = _cfg(world, schedule={"epochs": 2, "patience": 0}, scst={"epochs": 0, "patience": 0})

@@ -245,7 +245,9 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
                 captions.append(caption if isinstance(caption, str) else "")
                 gts.append(class_areas(objects))
             start = run.start or {}
-            ending = "ended normally" if run.end else ("no run_end: killed" if run.start else "written without --append")
+            ending = ("ended normally" if run.end and not run.end.get("cut_short") else
+                      f"cut short: {run.end.get('stopped_by')}" if run.end else
+                      "no run_end: killed" if run.start else "written without --append")
             if isinstance(start.get("wall_time"), (int, float)):
                 began = datetime.fromtimestamp(start["wall_time"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
                 ending = f"started {began}, {ending}"
@@ -347,7 +349,9 @@ def run_coverage(args) -> int:
               + (f", unknown classes: {', '.join(c['unknown_classes'])}" if c["unknown_classes"] else ""))
     report = _report_path(args, "coverage")
     if report:
-        from edgecap.io import write_json_atomic
+        import json
+
+        from edgecap.io import atomic_files
 
         options = {"profit": args.profit, "multiword": args.multiword, "thresholds": list(scorer.thresholds),
                    "threshold_rule": "area > threshold", "area": area or "as recorded",
@@ -365,12 +369,13 @@ def run_coverage(args) -> int:
         for name, rec in recorded.items():  # --records: what the run reported, and re-scored minus it
             doc["files"][name]["recorded"] = {
                 **rec, "difference": coverage_difference(summaries[name]["thresholds"], rec["thresholds"])}
-        write_json_atomic(report, doc)
-        written = [report]
-        if not args.no_plot:
-            from edgecap.metrics.report import plot_coverage
+        from edgecap.metrics.report import PLOTS, plot_coverage
 
-            written += plot_coverage(summaries, report.parent)
+        charts = [] if args.no_plot else [report.parent / name for name in PLOTS]
+        with atomic_files([report, *charts], "--out") as tmps:  # the report and its charts, or none of them
+            tmps[0].write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+            written = [report] + (plot_coverage(summaries, report.parent, dict(zip(charts, tmps[1:], strict=True)))
+                                  if charts else [])
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
 

@@ -110,7 +110,13 @@ def load_vocabulary(spec: str | None) -> ClassVocabulary:
     """`acvr` (default), `coco`, or a categories file (COCO annotation JSON, YOLO data.yaml)."""
     if spec is None or spec.lower() in NAMED:
         return NAMED[(spec or "acvr").lower()]
-    from edgecap.data.coco_categories import load_categories
+    from pathlib import Path
 
-    categories = load_categories(spec)
+    from edgecap.data.coco_categories import load_categories
+    from edgecap.errors import did_you_mean
+
+    if not Path(spec).expanduser().exists():
+        raise EdgecapError(f"--classes {spec}: not a class set ({', '.join(NAMED)}){did_you_mean(spec.lower(), NAMED)} "
+                           "and no such file (a COCO annotation JSON or a YOLO data.yaml)")
+    categories = load_categories(spec, "--classes")
     return vocabulary_of(categories.names.values(), categories.origin)

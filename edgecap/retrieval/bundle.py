@@ -21,7 +21,7 @@ import numpy as np
 from edgecap.contract.manifest import RetrievalAssets
 from edgecap.errors import EdgecapError
 from edgecap.retrieval.embedding import image_embeddings
-from edgecap.retrieval.index import EF_SEARCH, CaptionIndex, _faiss
+from edgecap.retrieval.index import EF_SEARCH, CaptionIndex, _faiss, write_faiss
 from edgecap.retrieval.memory import memory_tokens
 
 FOLDER = "retrieval"
@@ -33,12 +33,11 @@ def write_assets(index: CaptionIndex, table: np.ndarray, root: str | Path, k: in
                  pad_id: int) -> dict:
     """Write the index and token table under `root`; -> the manifest's `retrieval` section
     (without sha256s, which the exporter adds with the rest)."""
-    faiss = _faiss()
     root = Path(root)
     (root / FOLDER).mkdir(parents=True, exist_ok=True)
     if table.shape != (len(index), length):
         raise EdgecapError(f"retrieval token table has shape {table.shape}, expected ({len(index)}, {length})")
-    faiss.write_index(index.index, str(root / INDEX_FILE))
+    write_faiss(index.index, root / INDEX_FILE)
     np.save(root / TOKENS_FILE, np.ascontiguousarray(table, dtype=np.int64))
     return {"index": INDEX_FILE, "tokens": TOKENS_FILE, "kind": index.meta["kind"], "count": len(index),
             "dim": index.dim, "k": int(k), "length": int(length), "pad_id": int(pad_id),

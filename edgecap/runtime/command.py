@@ -507,6 +507,8 @@ def _report_unmatched(detections, path: str) -> None:
     another split shows up here (and in summary.json) instead of as silently missing coverage."""
     from .detections import few_ids
 
+    if detections.outside_note():
+        _log(detections.outside_note())
     unmatched = detections.unmatched()
     if unmatched:
         _log(f"--detections {path}: {len(unmatched)} of {len(detections)} {detections.id_name} matched no "

@@ -20,6 +20,8 @@ import threading
 
 from edgecap.errors import EdgecapError
 
+from .sources import masked, source_identity
+
 # the options that follow one camera (a window, a video, a caption log, a frame-id-keyed file)
 SINGLE_SOURCE_ONLY = (("show", "--show"), ("save_video", "--save-video"), ("out_mcap", "--out-mcap"),
                       ("rerun", "--rerun"), ("detections", "--detections"))
@@ -37,9 +39,9 @@ def check_sources(sources: list[str], settings) -> None:
                            f"with --batch {len(sources)} to run a round as one batch)")
     seen = set()
     for source in sources:
-        if source.strip() in seen:
-            raise EdgecapError(f"--source {source} is given twice; each camera once")
-        seen.add(source.strip())
+        if source_identity(source) in seen:
+            raise EdgecapError(f"--source {masked(source)} is given twice (as {masked(source_identity(source))}); each camera once")
+        seen.add(source_identity(source))
 
 
 def execute_cameras(captioner, settings, sources: list[str], stop: threading.Event, out=None,

@@ -92,42 +92,102 @@ class Record:
         return "  ".join(parts)
 
 
+RESERVE_BYTES = 16 * 1024  # kept free beside a caption log for its last line (a summary: a few kB)
+
+
 class JsonlWriter:
-    """Writes one JSON line per record and flushes it; `close()` is idempotent.
+    """Writes one JSON line per record, straight to the file (unbuffered); `close()` is idempotent.
 
     `append` keeps what the file holds (a service restarted after a camera loss must not wipe
-    its history) and starts on a fresh line if the previous process died mid-line.
+    its history) and starts on a fresh line if the previous process died mid-line. A line that
+    cannot be written whole (a full disk) is cut off again (`edgecap.io.append_whole`): the
+    records before it stay whole, and `end()` can still close the log with a line saying why
+    the run was cut short.
     """
 
     def __init__(self, path: str | os.PathLike, append: bool = False):
-        from edgecap.io import WorkDir
+        from edgecap.io import WorkDir, write_error
 
         self.path = Path(path)
         # the file is written in place (a killed run keeps its records), so the claim on it is
         # a work directory beside it: a second writer is refused before it truncates anything
         self._claim = WorkDir(self.path, "--jsonl", exclusive=True)
+        # room for the log's last line on a disk that fills up: a file in the claim (same file
+        # system), deleted just before that line is written
+        self._reserve = self._claim.file(".reserve")
         try:
-            self._fh = self.path.open("a" if append else "w", encoding="utf-8")
+            self._reserve.write_bytes(bytes(RESERVE_BYTES))
+            self._fh = self.path.open("ab" if append else "wb", buffering=0)
+        except OSError as exc:
+            self._claim.close()
+            raise write_error(exc, self.path, "--jsonl") or exc from None
         except BaseException:
             self._claim.close()
             raise
-        if append and self._fh.tell() > 0 and not _ends_with_newline(self.path):
-            self._fh.write("\n")
         self.count = 0
+        self.failed = False
+        if append and self._fh.tell() > 0 and not _ends_with_newline(self.path):
+            self._put(b"\n")
 
     def write(self, obj: dict) -> None:
-        self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        self._fh.flush()
+        self._put((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
         self.count += 1
 
+    def _put(self, data: bytes) -> None:
+        from edgecap.errors import EdgecapError
+        from edgecap.io import append_whole
+
+        try:
+            append_whole(self._fh, data, self.path, "--jsonl")
+        except EdgecapError as exc:
+            self.failed = True
+            raise EdgecapError(f"{exc}; the {self.count} record{'s' * (self.count != 1)} written before it "
+                               "are whole") from None
+
+    def end(self, line: dict, short: dict) -> None:
+        """The log's last line: `line` (a run_end with the run's summary), or when it does not fit
+        (the disk is full) the `short` one; when neither fits, the log ends with its last whole
+        record. Never raises an error of its own: the run's own error is what is reported."""
+        from edgecap.errors import EdgecapError
+
+        self._reserve.unlink(missing_ok=True)
+        for candidate in (line, short):
+            try:
+                self.write(candidate)
+                return
+            except (EdgecapError, OSError, ValueError):
+                continue
+
     def close(self) -> None:
+        from edgecap.io import write_error
+
         try:
             if not self._fh.closed:
-                self._fh.flush()
-                os.fsync(self._fh.fileno())
-                self._fh.close()
+                fh = self._fh
+                try:
+                    os.fsync(fh.fileno())  # a file system that allocates late reports a full disk here
+                finally:
+                    fh.close()
+        except OSError as exc:
+            raise write_error(exc, self.path, "--jsonl") or exc from None
         finally:
             self._claim.close()
+
+
+def cut_short(summary: dict, exc: BaseException) -> tuple[dict, dict]:
+    """The run_end lines (with the run's summary so far; without) that end a caption log whose
+    run did not finish in order: `stopped_by` says what cut it short, `cut_short` marks it."""
+    from edgecap.io import Terminated
+
+    if isinstance(exc, Terminated):
+        reason = f"terminated ({exc})"
+    elif isinstance(exc, KeyboardInterrupt):
+        reason = "interrupted (SIGINT)"
+    else:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = f"error: {text[:300]}"
+    short = {"kind": RUN_END, "stopped_by": reason, "cut_short": True}
+    return {**summary, **short}, short
 
 
 def check_jsonl_target(path: str | os.PathLike, append: bool) -> None:

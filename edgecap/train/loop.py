@@ -52,13 +52,12 @@ from edgecap.data.datasets import (
 from edgecap.data.karpathy import KarpathySplits, load_karpathy
 from edgecap.errors import EdgecapError
 from edgecap.io import (
-    atomic_path,
     remove_orphans,
     write_json_atomic,
     write_text_atomic,
 )
 from edgecap.jsonio import read_json
-from edgecap.models.checkpoint import read_payload, save_checkpoint
+from edgecap.models.checkpoint import read_payload, save_checkpoint, save_payload
 from edgecap.models.factory import build_from_config
 from edgecap.progress import bar_wanted, progress_bar
 from edgecap.train.config import TrainConfig, to_toml
@@ -349,8 +348,7 @@ class Trainer:
             # The save commits with the one rename of last.state.pt, which carries the weights
             # too: a kill at any instant leaves either the previous complete save or this one.
             # last.pt (the checkpoint users load) follows; a kill before it is made good on resume.
-            with atomic_path(self.out / "last.state.pt", suffix=".pt") as tmp:
-                torch.save(payload, tmp)
+            save_payload(payload, self.out / "last.state.pt")
             save_checkpoint(self.out / "last.pt", self.model, self.vocab, meta)
         barrier()
 

@@ -120,7 +120,7 @@ def summary_block(trainer) -> list[str]:
              f"on {trainer.device} x {trainer.world} process{'es' if trainer.world > 1 else ''}",
              f"  data: {trainer.karpathy}; {data}; train {len(splits.train)}, val {len(trainer.val_images)}"
              + (f", test {len(splits.test)}" if splits.test else "") + " images",
-             f"  vocabulary: {len(trainer.vocab)} words (min_count {cfg.data.min_count}); captions up to "
+             f"  vocabulary: {len(trainer.vocab)} words ({_vocabulary_origin(cfg)}); captions up to "
              f"{mc.max_len} tokens",
              f"  visual: {mc.visual.kind}{f' {mc.visual.backbone}' if mc.visual.backbone else ''} -> "
              f"{mc.n_regions} regions x {mc.d_in}"]
@@ -134,6 +134,14 @@ def summary_block(trainer) -> list[str]:
                      f"images per process, {until}")
     lines.append(f"  validation: {len(trainer.val_images)} images, beam {cfg.run.val_beam}, CIDEr-D selects best.pt")
     return lines
+
+
+def _vocabulary_origin(cfg) -> str:
+    """Where the run's words come from: [data].min_count over the training captions, or the
+    --init-from checkpoint (whose weights were trained on its own words: min_count plays no part)."""
+    if cfg.run.init_from:
+        return "the --init-from checkpoint's; [data].min_count does not apply"
+    return f"min_count {cfg.data.min_count}"
 
 
 def announce(trainer) -> None:
