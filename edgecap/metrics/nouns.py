@@ -12,6 +12,13 @@
    lemmatised by the pipeline's lemmatizer: "coffee mugs" -> "coffee mug".
 4. A past participle spelled like a noun right after a noun and before a preposition
    ("a sandwich cut in half") is not a noun (a `Matcher` rule over the tags).
+5. In a caption with no verb-tagged token, a word the tagger made a noun inside a run of nouns
+   is its verb when it can only be one (a WordNet verb and no noun by the lemmatizer's index:
+   "a family congregate in a park") or when it is an -s form that cannot be a plural noun
+   there: after "a"/"one"/"this"... and a singular noun ("a man skis down a hill") or after a
+   plural noun ("a girl with glasses drinks from a cup"). The run ends before it.
+6. "glasses" alone, without "of" after it, is eyewear and stays "glasses" (not the lemma
+   "glass", a wine glass); "wine glasses" and "glasses of wine" name wine glass.
 
 Only the tokenizer, tok2vec and the tagger run over every token. The parser (which the older
 extraction read `compound` arcs from) and NER are not loaded; the attribute_ruler and the
@@ -45,6 +52,11 @@ CACHE_SIZE = 4096
 # Participles spelled like nouns, which the small tagger reads as a noun after a noun
 # ("sandwich cut in half" -> NN); not a noun when a preposition or particle follows.
 NOUN_LIKE_PARTICIPLES = ("cut", "set", "split", "spread", "shut", "slit", "hit", "cast")
+# Determiners of one thing: "a dog runs" cannot be a plural compound "dog runs" after them
+SINGULAR_DETERMINERS = frozenset(("a", "an", "one", "each", "every", "this", "that", "another"))
+ADJECTIVE_TAGS = frozenset(("JJ", "JJR", "JJS"))
+# "glasses" on its own is eyewear, not the plural of a glass, unless "of" follows ("glasses of wine")
+EYEWEAR = "glasses"
 
 
 @contextmanager
@@ -112,11 +124,16 @@ def _tag_table(ruler) -> tuple[dict[str, tuple[str, str]], dict[tuple[str, str],
 
 def _plural_forms(word: str, lemma_exc: dict) -> list[str]:
     """The forms of a head word a caption may use: itself, the regular plurals, and the
-    irregular plurals spaCy's own lemma exceptions list for it (knives, mice)."""
-    forms = {word, word + "s", word + "es"}
-    if word.endswith("y"):
-        forms.add(word[:-1] + "ies")
-    forms.update(plural for plural, lemmas in lemma_exc.items() if word in lemmas)
+    irregular plurals spaCy's own lemma exceptions list for it (knives, mice); for a head that
+    is itself a plural ("hair clippers"), its singulars and their forms too."""
+    from edgecap.metrics.vocabulary import singular_forms
+
+    forms = set()
+    for base in (word, *singular_forms(word)):
+        forms.update((base, base + "s", base + "es"))
+        if base.endswith("y"):
+            forms.add(base[:-1] + "ies")
+        forms.update(plural for plural, lemmas in lemma_exc.items() if base in lemmas)
     return sorted(forms)
 
 
@@ -138,10 +155,29 @@ class NounExtractor:
         self._lemmatizer = self.nlp.get_pipe("lemmatizer")
         self._tags, self._tag_words = _tag_table(self.nlp.get_pipe("attribute_ruler"))
         self._noun_tags = {tag for tag, (pos, _) in self._tags.items() if pos in NOUN_POS}
+        self._verb_tags = {tag for tag, (pos, _) in self._tags.items() if pos in ("VERB", "AUX")}
+        self._index = self._lemma_index()
         self._matcher = self._phrase_matcher()
         self._participles = self._participle_matcher()
 
-    def _phrase_matcher(self):
+    def use_vocabulary(self, vocabulary) -> None:
+        """Read captions for another class set from now on (the class set grew with the objects'
+        class names): its phrases are matched, and captions read before are read again."""
+        if vocabulary.phrases != self.vocabulary.phrases:
+            self._matcher = self._phrase_matcher(vocabulary)
+            self._cache.clear()
+        self.vocabulary = vocabulary
+
+    def _lemma_index(self) -> dict[str, frozenset]:
+        """{"noun": words, "verb": words}: the lemmatizer's own index of base forms (WordNet's),
+        empty for a lookup-mode lemmatizer, which has none (no verb rule then)."""
+        try:
+            index = self._lemmatizer.lookups.get_table("lemma_index")
+        except KeyError:
+            return {"noun": frozenset(), "verb": frozenset()}
+        return {pos: frozenset(index.get(pos, ())) for pos in ("noun", "verb")}
+
+    def _phrase_matcher(self, vocabulary=None):
         from spacy.matcher import Matcher
 
         try:
@@ -149,7 +185,7 @@ class NounExtractor:
         except KeyError:  # a lookup-mode lemmatizer has no exception table
             lemma_exc = {}
         matcher = Matcher(self.nlp.vocab)
-        for phrase in self.vocabulary.phrases:
+        for phrase in (vocabulary or self.vocabulary).phrases:
             *mods, head = phrase.split()
             matcher.add(phrase, [[{"LOWER": w} for w in mods] + [{"LOWER": {"IN": _plural_forms(head, lemma_exc)}}]])
         return matcher
@@ -167,15 +203,46 @@ class NounExtractor:
         tag = tok.tag_
         return tag in self._noun_tags and self._tag_words.get((tag, tok.lower_), "NOUN") in NOUN_POS
 
-    def _lemma(self, tok) -> str:
+    def _lemma(self, tok, pos: str | None = None) -> str:
         """The head noun's lemma, by the pipeline's lemmatizer after the attribute_ruler's
-        part of speech and morphology for its tag (what the two components would have set)."""
-        pos, morph = self._tags.get(tok.tag_, ("NOUN", ""))
-        tok.pos_ = pos
-        if morph:
+        part of speech and morphology for its tag (what the two components would have set);
+        `pos` "VERB": the word's lemma read as a verb instead."""
+        tag_pos, morph = self._tags.get(tok.tag_, ("NOUN", ""))
+        tok.pos_ = pos or tag_pos
+        if morph and pos is None:
             tok.set_morph(morph)
         lemmas = self._lemmatizer.lemmatize(tok)
         return (lemmas[0] if lemmas else tok.text).lower()
+
+    def _misread_verb(self, doc) -> int | None:
+        """The token the tagger made a noun inside a run of nouns that is the verb of a caption
+        with no verb-tagged word (rule 5 of the module doc), or None."""
+        if any(tok.tag_ in self._verb_tags for tok in doc):
+            return None
+        run: list = []
+        for tok in [*doc, None]:
+            if tok is not None and self._is_noun(tok):
+                run.append(tok)
+                continue
+            for k in range(1, len(run)):
+                if self._reads_as_verb(doc, run, k):
+                    return run[k].i
+            run = []
+        return None
+
+    def _reads_as_verb(self, doc, run, k: int) -> bool:
+        tok = run[k]
+        verbs, nouns = self._index["verb"], self._index["noun"]
+        if self._lemma(tok, "VERB") in verbs and self._lemma(tok) not in nouns:
+            return True  # a verb, never a noun: "congregate", "sits"
+        if tok.tag_ != "NNS":
+            return False
+        if run[k - 1].tag_ == "NNS":
+            return True  # no plural modifies a plural: "glasses drinks"
+        i = run[0].i - 1
+        while i >= 0 and doc[i].tag_ in ADJECTIVE_TAGS:
+            i -= 1
+        return k == 1 and i >= 0 and doc[i].lower_ in SINGULAR_DETERMINERS  # "a man skis"
 
     def doc_nouns(self, doc) -> tuple[str, ...]:
         """Every noun of one parsed caption in order, repeats kept: the class phrases it
@@ -184,7 +251,12 @@ class NounExtractor:
 
         found: list[tuple[int, str]] = []
         taken = {start + 1 for _, start, _ in self._participles(doc)}
+        verb = self._misread_verb(doc)
+        if verb is not None:
+            taken.add(verb)
         for span in filter_spans(self._matcher(doc, as_spans=True)):
+            if verb is not None and span.start <= verb < span.end:
+                continue
             found.append((span.start, span.label_))
             taken.update(range(span.start, span.end))
         run: list = []
@@ -193,7 +265,10 @@ class NounExtractor:
                 run.append(tok)
                 continue
             if run:
-                head = self._lemma(run[-1])
+                last = run[-1]
+                eyewear = (len(run) == 1 and last.lower_ == EYEWEAR
+                           and (last.i + 1 == len(doc) or doc[last.i + 1].lower_ != "of"))
+                head = EYEWEAR if eyewear else self._lemma(last)
                 words = [t.text for t in run[:-1]] + [head]
                 noun = " ".join(w for w in words if any(c.isalpha() for c in w))
                 if noun and noun.split()[-1] == head:
