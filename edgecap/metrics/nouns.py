@@ -15,8 +15,11 @@
 5. In a caption with no verb-tagged token, a word the tagger made a noun inside a run of nouns
    is its verb when it can only be one (a WordNet verb and no noun by the lemmatizer's index:
    "a family congregate in a park") or when it is an -s form that cannot be a plural noun
-   there: after "a"/"one"/"this"... and a singular noun ("a man skis down a hill") or after a
-   plural noun ("a girl with glasses drinks from a cup"). The run ends before it.
+   there: after "a"/"one"/"this"... and a singular noun ("a man skis down a hill", "a fire
+   hydrant sprays water") or after a plural noun ("a girl with glasses drinks from a cup").
+   The run ends before it. An -s form right after "a" and adjectives, the last of which is a
+   noun, is the verb of that noun, which the tagger took for an adjective ("a backpack(JJ)
+   hikes(NNS)": backpack; "a few dogs" stays: few is no noun).
 6. "glasses" alone, without "of" after it, is eyewear and stays "glasses" (not the lemma
    "glass", a wine glass); "wine glasses" and "glasses of wine" name wine glass.
 
@@ -55,6 +58,8 @@ NOUN_LIKE_PARTICIPLES = ("cut", "set", "split", "spread", "shut", "slit", "hit",
 # Determiners of one thing: "a dog runs" cannot be a plural compound "dog runs" after them
 SINGULAR_DETERMINERS = frozenset(("a", "an", "one", "each", "every", "this", "that", "another"))
 ADJECTIVE_TAGS = frozenset(("JJ", "JJR", "JJS"))
+# nouns of quantity an -s form may follow as a plural ("a few dogs", "a couple bikes")
+QUANTITY_WORDS = frozenset(("few", "couple", "lot", "dozen", "number", "bunch", "pair", "group", "handful"))
 # "glasses" on its own is eyewear, not the plural of a glass, unless "of" follows ("glasses of wine")
 EYEWEAR = "glasses"
 
@@ -206,7 +211,7 @@ class NounExtractor:
     def _lemma(self, tok, pos: str | None = None) -> str:
         """The head noun's lemma, by the pipeline's lemmatizer after the attribute_ruler's
         part of speech and morphology for its tag (what the two components would have set);
-        `pos` "VERB": the word's lemma read as a verb instead."""
+        `pos` ("VERB", "NOUN"): the word's lemma read as that part of speech instead."""
         tag_pos, morph = self._tags.get(tok.tag_, ("NOUN", ""))
         tok.pos_ = pos or tag_pos
         if morph and pos is None:
@@ -214,21 +219,46 @@ class NounExtractor:
         lemmas = self._lemmatizer.lemmatize(tok)
         return (lemmas[0] if lemmas else tok.text).lower()
 
-    def _misread_verb(self, doc) -> int | None:
-        """The token the tagger made a noun inside a run of nouns that is the verb of a caption
-        with no verb-tagged word (rule 5 of the module doc), or None."""
+    def _misread_verb(self, doc) -> tuple[int | None, int | None]:
+        """(the token the tagger made a noun that is the verb of a caption with no verb-tagged
+        word, the adjective-tagged token before it that is then its subject noun) by rule 5 of
+        the module doc; (None, None) when there is none."""
         if any(tok.tag_ in self._verb_tags for tok in doc):
-            return None
+            return None, None
         run: list = []
         for tok in [*doc, None]:
             if tok is not None and self._is_noun(tok):
                 run.append(tok)
                 continue
+            if run and run[0].tag_ == "NNS":
+                subject = self._adjective_subject(doc, run[0].i)
+                if subject is not None:
+                    return run[0].i, subject
             for k in range(1, len(run)):
                 if self._reads_as_verb(doc, run, k):
-                    return run[k].i
+                    return run[k].i, None
             run = []
+        return None, None
+
+    def _after_singular_determiner(self, doc, i: int) -> int | None:
+        """The index of the last adjective before token i when a singular determiner precedes
+        the adjectives (or i itself when no adjective does), else None."""
+        j = i - 1
+        while j >= 0 and doc[j].tag_ in ADJECTIVE_TAGS:
+            j -= 1
+        if j >= 0 and doc[j].lower_ in SINGULAR_DETERMINERS:
+            return i - 1 if j < i - 1 else i
         return None
+
+    def _adjective_subject(self, doc, i: int) -> int | None:
+        """"a backpack(JJ) hikes(NNS)": after a singular determiner, an -s form whose last
+        adjective is a noun the index knows ("few" is not one: "a few dogs") is the verb, and that
+        adjective its subject."""
+        last = self._after_singular_determiner(doc, i)
+        if last is None or last == i:
+            return None
+        word = doc[last].lower_
+        return last if word in self._index["noun"] and word not in QUANTITY_WORDS else None
 
     def _reads_as_verb(self, doc, run, k: int) -> bool:
         tok = run[k]
@@ -239,10 +269,7 @@ class NounExtractor:
             return False
         if run[k - 1].tag_ == "NNS":
             return True  # no plural modifies a plural: "glasses drinks"
-        i = run[0].i - 1
-        while i >= 0 and doc[i].tag_ in ADJECTIVE_TAGS:
-            i -= 1
-        return k == 1 and i >= 0 and doc[i].lower_ in SINGULAR_DETERMINERS  # "a man skis"
+        return run[k - 1].tag_ == "NN" and self._after_singular_determiner(doc, run[0].i) is not None  # "a man skis"
 
     def doc_nouns(self, doc) -> tuple[str, ...]:
         """Every noun of one parsed caption in order, repeats kept: the class phrases it
@@ -251,7 +278,7 @@ class NounExtractor:
 
         found: list[tuple[int, str]] = []
         taken = {start + 1 for _, start, _ in self._participles(doc)}
-        verb = self._misread_verb(doc)
+        verb, subject = self._misread_verb(doc)
         if verb is not None:
             taken.add(verb)
         for span in filter_spans(self._matcher(doc, as_spans=True)):
@@ -261,14 +288,14 @@ class NounExtractor:
             taken.update(range(span.start, span.end))
         run: list = []
         for tok in [*doc, None]:
-            if tok is not None and tok.i not in taken and self._is_noun(tok):
+            if tok is not None and tok.i not in taken and (self._is_noun(tok) or tok.i == subject):
                 run.append(tok)
                 continue
             if run:
                 last = run[-1]
                 eyewear = (len(run) == 1 and last.lower_ == EYEWEAR
                            and (last.i + 1 == len(doc) or doc[last.i + 1].lower_ != "of"))
-                head = EYEWEAR if eyewear else self._lemma(last)
+                head = EYEWEAR if eyewear else self._lemma(last, "NOUN" if last.i == subject else None)
                 words = [t.text for t in run[:-1]] + [head]
                 noun = " ".join(w for w in words if any(c.isalpha() for c in w))
                 if noun and noun.split()[-1] == head:
