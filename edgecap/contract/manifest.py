@@ -321,6 +321,8 @@ class Manifest:
     retrieval: dict = field(default_factory=dict)
     # real-size front end: kind, backbone, weights ("random" or a file name), weights_sha256, tokens, ...
     frontend: dict = field(default_factory=dict)
+    # coverage's word vectors for this vocabulary: {"vectors": file, "sha256", "words"} (metrics/subset.py)
+    coverage: dict = field(default_factory=dict)
     format: str = FORMAT
 
     @classmethod
@@ -363,6 +365,7 @@ class Manifest:
             versions=_opt(data, "versions", dict, where, {}),
             retrieval=_retrieval(_opt(data, "retrieval", dict, where, {}), f"{where}.retrieval"),
             frontend=_opt(data, "frontend", dict, where, {}),
+            coverage=_coverage(_opt(data, "coverage", dict, where, {}), f"{where}.coverage"),
         )
         manifest._check_graphs(where)
         manifest._check_vocab_fits_decoder(where)
@@ -399,7 +402,8 @@ class Manifest:
         """(file, sha256) of every file the bundle carries besides manifest.json."""
         extra = self.retrieval  # only the two files it names, each with its hash
         return [(e.file, e.sha256) for e in self.graphs] + [
-            (extra[k], extra["sha256"][extra[k]]) for k in ("index", "tokens") if extra]
+            (extra[k], extra["sha256"][extra[k]]) for k in ("index", "tokens") if extra] + (
+            [(self.coverage["vectors"], self.coverage["sha256"])] if self.coverage else [])
 
     def graph(self, role: str, engine: str = "onnxruntime") -> GraphEntry | None:
         return next((g for g in self.graphs if g.role == role and g.engine == engine), None)
@@ -417,6 +421,17 @@ class Manifest:
         data = {**asdict(self), "state": self.state.to_dict(), "preprocessing": None if pre is None else pre.to_dict()}
         # `format` first so a reader sees what the file is at a glance
         return {"format": data.pop("format"), **data}
+
+
+def _coverage(data: dict, where: str) -> dict:
+    if not data:
+        return {}
+    name = _need(data, "vectors", str, where)
+    if Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ManifestError(f"{where}.vectors: {name!r} is not a path inside the bundle")
+    _need(data, "sha256", str, where)
+    _need(data, "words", int, where)
+    return data
 
 
 def _retrieval(data: dict, where: str) -> dict:

@@ -203,7 +203,18 @@ def _new_manifest(s: ExportState, infos: dict) -> Manifest:
     if retrieval:
         manifest.retrieval = {**retrieval, "sha256": {retrieval[k]: sha256_file(s.tmp / retrieval[k])
                                                       for k in ("index", "tokens")}}
+    manifest.coverage = _coverage_vectors(s.tmp, vocab.itos)
     return manifest
+
+
+def _coverage_vectors(tmp: Path, itos) -> dict:
+    """The word vectors coverage needs for this vocabulary (edgecap.metrics.subset), so a robot
+    loads a few hundred kB instead of the 400,000-word table; {} without edgecap[nlp]."""
+    from edgecap.metrics.glove import SUBSET_FILE
+    from edgecap.metrics.subset import write_bundle_vectors
+
+    words = write_bundle_vectors(tmp, itos, SUBSET_FILE)
+    return {} if words is None else {"vectors": SUBSET_FILE, "sha256": sha256_file(tmp / SUBSET_FILE), "words": words}
 
 
 def _check_calibration_folder(s: ExportState) -> None:

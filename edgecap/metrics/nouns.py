@@ -64,22 +64,27 @@ QUANTITY_WORDS = frozenset(("few", "couple", "lot", "dozen", "number", "bunch", 
 EYEWEAR = "glasses"
 
 
+# What thinc imports when it can and the English pipeline never uses: torch (600 MB and 2 s
+# where it is installed) and h5py (12 MB); hidden while spaCy loads
+HIDDEN_WHILE_LOADING = ("torch", "h5py")
+
+
 @contextmanager
 def _torch_hidden():
-    """Keep `import torch` failing while spaCy and thinc import.
+    """Keep `import torch` (and h5py) failing while spaCy and thinc import.
 
     thinc imports torch whenever it is installed (a development venv, a Jetson image): 600 MB
-    and 2 s the robot process does not need, since the English pipeline runs on numpy. A
-    process that already holds torch keeps it."""
-    if "torch" in sys.modules:
-        yield
-        return
-    sys.modules["torch"] = None  # a None entry makes every `import torch...` an ImportError
+    and 2 s the robot process does not need, since the English pipeline runs on numpy; likewise
+    h5py. A process that already holds one keeps it."""
+    hidden = [name for name in HIDDEN_WHILE_LOADING if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # a None entry makes every `import name...` an ImportError
     try:
         yield
     finally:
-        if "torch" in sys.modules and sys.modules["torch"] is None:
-            del sys.modules["torch"]
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 def load_spacy(model: str | None = None):
