@@ -11,6 +11,7 @@ them (a detector's own class name) is looked up in the whole table, so no score 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from edgecap.errors import MissingExtraError
@@ -32,16 +33,23 @@ def candidate_words(vocabulary_words) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+@lru_cache(maxsize=1)
+def _spacy():
+    """The English pipeline, once per process (an export process may export many bundles);
+    None without spaCy."""
+    from edgecap.metrics.nouns import load_spacy
+
+    try:
+        return load_spacy()
+    except (MissingExtraError, OSError):
+        return None
+
+
 def _noun_lemmas(words: list[str]) -> list[str]:
     """Each word's lemma as a singular and as a plural noun, by spaCy's lemmatizer ([] without
     spaCy: the whole table then answers for an irregular plural's lemma)."""
-    try:
-        from edgecap.metrics.nouns import load_spacy
-    except ImportError:
-        return []
-    try:
-        nlp = load_spacy()
-    except (MissingExtraError, OSError):
+    nlp = _spacy()
+    if nlp is None:
         return []
     from spacy.tokens import Doc
 
