@@ -37,6 +37,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Iterable
 from contextlib import contextmanager
+from itertools import pairwise
 
 from edgecap.errors import EdgecapError, MissingExtraError, require
 
@@ -64,9 +65,10 @@ QUANTITY_WORDS = frozenset(("few", "couple", "lot", "dozen", "number", "bunch", 
 EYEWEAR = "glasses"
 
 
-# What thinc imports when it can and the English pipeline never uses: torch (600 MB and 2 s
-# where it is installed) and h5py (12 MB); hidden while spaCy loads
-HIDDEN_WHILE_LOADING = ("torch", "h5py")
+# What thinc and spaCy's command line import when they can and the English pipeline never uses:
+# torch (600 MB and 2 s where it is installed), h5py (12 MB), rich and pygments (terminal
+# colours for typer, 5 MB); hidden while spaCy loads
+HIDDEN_WHILE_LOADING = ("torch", "h5py", "rich", "pygments")
 
 
 @contextmanager
@@ -75,7 +77,7 @@ def _torch_hidden():
 
     thinc imports torch whenever it is installed (a development venv, a Jetson image): 600 MB
     and 2 s the robot process does not need, since the English pipeline runs on numpy; likewise
-    h5py. A process that already holds one keeps it."""
+    h5py, rich and pygments (HIDDEN_WHILE_LOADING). A process that already holds one keeps it."""
     hidden = [name for name in HIDDEN_WHILE_LOADING if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # a None entry makes every `import name...` an ImportError
@@ -147,6 +149,19 @@ def _plural_forms(word: str, lemma_exc: dict) -> list[str]:
     return sorted(forms)
 
 
+class _SortedWords:
+    """Membership in a sorted list of words by bisection (no copy of it)."""
+
+    def __init__(self, words: list[str]):
+        self.words = words
+
+    def __contains__(self, word: str) -> bool:
+        from bisect import bisect_left
+
+        i = bisect_left(self.words, word)
+        return i < len(self.words) and self.words[i] == word
+
+
 class NounExtractor:
     """Batch noun extraction over a class vocabulary, with a bounded per-caption cache
     (generated captions repeat a lot)."""
@@ -178,14 +193,19 @@ class NounExtractor:
             self._cache.clear()
         self.vocabulary = vocabulary
 
-    def _lemma_index(self) -> dict[str, frozenset]:
+    def _lemma_index(self) -> dict[str, object]:
         """{"noun": words, "verb": words}: the lemmatizer's own index of base forms (WordNet's),
-        empty for a lookup-mode lemmatizer, which has none (no verb rule then)."""
+        empty for a lookup-mode lemmatizer, which has none (no verb rule then). A list that is
+        sorted (the nouns, 57,000 of them) is searched in place rather than copied into a set."""
         try:
             index = self._lemmatizer.lookups.get_table("lemma_index")
         except KeyError:
             return {"noun": frozenset(), "verb": frozenset()}
-        return {pos: frozenset(index.get(pos, ())) for pos in ("noun", "verb")}
+        out: dict[str, object] = {}
+        for pos in ("noun", "verb"):
+            words = index.get(pos, [])
+            out[pos] = _SortedWords(words) if all(a <= b for a, b in pairwise(words)) else frozenset(words)
+        return out
 
     def _phrase_matcher(self, vocabulary=None):
         from spacy.matcher import Matcher
