@@ -81,3 +81,17 @@ def test_an_export_writes_the_vectors_and_the_runtime_reads_them(tmp_path):
     (root / "coverage_vectors.npz").write_bytes(b"not the file")  # the manifest's hash guards it
     with pytest.raises(Exception, match="coverage_vectors.npz"):
         Bundle.load(root)
+
+
+def test_spacy_loads_without_its_command_line_and_the_command_line_still_works():
+    code = ("import sys\n"
+            "from edgecap.metrics.nouns import NounExtractor\n"
+            "print(NounExtractor()(['a man skis down a hill'])[0])\n"
+            "print(sorted({'torch', 'h5py', 'rich', 'typer', 'requests', 'spacy.cli'} & set(sys.modules)))\n"
+            "import spacy\n"
+            "print(sorted(spacy.info()))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    nouns, loaded, info = run.stdout.splitlines()
+    assert nouns == "['man', 'hill']" and loaded == "[]"
+    assert "spacy_version" in info  # spacy.info() imports the real command line when called

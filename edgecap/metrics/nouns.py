@@ -34,6 +34,7 @@ the tagger's network.
 from __future__ import annotations
 
 import sys
+import types
 from collections import OrderedDict
 from collections.abc import Iterable
 from contextlib import contextmanager
@@ -69,23 +70,44 @@ EYEWEAR = "glasses"
 # torch (600 MB and 2 s where it is installed), h5py (12 MB), rich and pygments (terminal
 # colours for typer, 5 MB); hidden while spaCy loads
 HIDDEN_WHILE_LOADING = ("torch", "h5py", "rich", "pygments")
+# spaCy's package imports its command line (`spacy.info`: typer, click, weasel, requests, httpx,
+# jinja2; 13 MB) for one function; while spaCy loads, that module is one whose `info` imports
+# the real one when called
+_CLI = ("spacy.cli", "spacy.cli.info")
+
+
+def _spacy_info(*args, **kwargs):
+    """`spacy.info`, imported when first called (spaCy's command line is not loaded before)."""
+    from spacy.cli.info import info
+
+    return info(*args, **kwargs)
 
 
 @contextmanager
-def _torch_hidden():
-    """Keep `import torch` (and h5py) failing while spaCy and thinc import.
+def _lean_spacy_import():
+    """Keep `import torch` (and h5py, rich, pygments) failing, and spaCy's command line
+    unloaded, while spaCy and thinc import.
 
     thinc imports torch whenever it is installed (a development venv, a Jetson image): 600 MB
     and 2 s the robot process does not need, since the English pipeline runs on numpy; likewise
-    h5py, rich and pygments (HIDDEN_WHILE_LOADING). A process that already holds one keeps it."""
+    h5py, rich and pygments (HIDDEN_WHILE_LOADING) and the command line (_CLI). A process that
+    already holds one keeps it; afterwards each imports as usual."""
     hidden = [name for name in HIDDEN_WHILE_LOADING if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # a None entry makes every `import name...` an ImportError
+    stubbed = [] if "spacy" in sys.modules else list(_CLI)
+    for name in stubbed:
+        module = sys.modules[name] = types.ModuleType(name)
+        module.__path__ = []
+        module.info = _spacy_info
     try:
         yield
     finally:
         for name in hidden:
             if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+        for name in stubbed:  # a later `import spacy.cli` loads the real one
+            if getattr(sys.modules.get(name), "info", None) is _spacy_info:
                 del sys.modules[name]
 
 
@@ -93,7 +115,7 @@ def load_spacy(model: str | None = None):
     """Load a spaCy English pipeline with only the components noun extraction needs, without
     importing torch. The attribute_ruler and lemmatizer are loaded disabled (NounExtractor
     applies them to head nouns only)."""
-    with _torch_hidden():
+    with _lean_spacy_import():
         spacy = require("spacy", "nlp", "noun extraction for the coverage metric")
         names = (model,) if model else DEFAULT_MODELS
         for name in names:
