@@ -77,7 +77,8 @@ class DirKind:
 
 
 BUNDLE = DirKind("bundle", "manifest.json", "format", "edgecap-bundle",
-                 ("manifest.json", "*.onnx", "*.onnx.data", "*.engine", "retrieval"))
+                 # coverage_vectors.npz: coverage's word vectors (edgecap.metrics.glove.SUBSET_FILE)
+                 ("manifest.json", "*.onnx", "*.onnx.data", "*.engine", "retrieval", "coverage_vectors.npz"))
 RETRIEVAL_INDEX = DirKind("retrieval index", "index.json", "format", "edgecap-retrieval-index",
                           ("index.json", "index.faiss", "captions.json", "neighbours.npy"))
 SYNTHETIC_WORLD = DirKind("synthetic world", "synth.json", "generator", "edgecap.data.synth",

@@ -504,6 +504,26 @@ class Versions(_Record):
 
 
 @dataclass
+class CoverageVectors(_Record):
+    """Coverage's word vectors for this bundle's vocabulary and the class names
+    (edgecap.metrics.subset), so a robot loads a few hundred kB instead of the whole GloVe table."""
+
+    vectors: str  # path inside the bundle (.npz)
+    sha256: str
+    words: int
+
+    @classmethod
+    def from_dict(cls, data, where: str) -> CoverageVectors:
+        entry = super().from_dict(data, where)
+        if Path(entry.vectors).is_absolute() or ".." in Path(entry.vectors).parts:
+            raise ManifestError(f"{where}.vectors: {entry.vectors!r} is not a path inside the bundle")
+        return entry
+
+    def files(self) -> list[tuple[str, str]]:
+        return [(self.vectors, self.sha256)]
+
+
+@dataclass
 class RetrievalAssets(_Record):
     """RA-T: the files the runtime's retriever reads (a FAISS index of the training images and
     their captions as token ids), each with its sha256, and how to read them."""
@@ -575,6 +595,7 @@ class Manifest:
     versions: Versions | None = None
     retrieval: RetrievalAssets | None = None  # RA-T's retrieval files
     frontend: FrontEndInfo | None = None  # a real-size front end's provenance
+    coverage: CoverageVectors | None = None  # coverage's word vectors for this vocabulary
     format: str = FORMAT
 
     @classmethod
@@ -615,6 +636,7 @@ class Manifest:
             versions=_optional_record(Versions, data, "versions", where),
             retrieval=_optional_record(RetrievalAssets, data, "retrieval", where),
             frontend=_optional_record(FrontEndInfo, data, "frontend", where),
+            coverage=_optional_record(CoverageVectors, data, "coverage", where),
         )
         manifest._check_graphs(where)
         manifest._check_vocab_fits_decoder(where)
@@ -649,7 +671,8 @@ class Manifest:
 
     def files(self) -> list[tuple[str, str]]:
         """(file, sha256) of every file the bundle carries besides manifest.json."""
-        return [(e.file, e.sha256) for e in self.graphs] + (self.retrieval.files() if self.retrieval else [])
+        return ([(e.file, e.sha256) for e in self.graphs] + (self.retrieval.files() if self.retrieval else [])
+                + (self.coverage.files() if self.coverage else []))
 
     def graph(self, role: str, engine: str = "onnxruntime") -> GraphEntry | None:
         return next((g for g in self.graphs if g.role == role and g.engine == engine), None)
@@ -666,7 +689,8 @@ class Manifest:
         pre = self.preprocessing
         data = {**asdict(self), "state": self.state.to_dict(), "preprocessing": None if pre is None else pre.to_dict()}
         data.update({name: _plain(getattr(self, name)) for name in ("model", "parity", "checks")})
-        data.update({name: _plain(getattr(self, name)) or {} for name in ("versions", "retrieval", "frontend")})
+        data.update({name: _plain(getattr(self, name)) or {} for name in ("versions", "retrieval", "frontend",
+                                                                          "coverage")})
         # `format` first so a reader sees what the file is at a glance
         return {"format": data.pop("format"), **data}
 

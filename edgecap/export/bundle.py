@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from edgecap.contract.manifest import (
     FORMAT_VERSION,
+    CoverageVectors,
     DecodingDefaults,
     DecodingState,
     GraphCheck,
@@ -240,7 +241,18 @@ def _new_manifest(s: ExportState, infos: dict) -> Manifest:
     if retrieval:
         hashes = {retrieval[k]: sha256_file(s.tmp / retrieval[k]) for k in ("index", "tokens")}
         manifest.retrieval = RetrievalAssets.from_dict({**retrieval, "sha256": hashes}, "retrieval assets")
+    manifest.coverage = _coverage_vectors(s.tmp, vocab.itos)
     return manifest
+
+
+def _coverage_vectors(tmp: Path, itos) -> CoverageVectors | None:
+    """The word vectors coverage needs for this vocabulary (edgecap.metrics.subset), so a robot
+    loads a few hundred kB instead of the 400,000-word table; None without edgecap[nlp]."""
+    from edgecap.metrics.glove import SUBSET_FILE
+    from edgecap.metrics.subset import write_bundle_vectors
+
+    words = write_bundle_vectors(tmp, itos, SUBSET_FILE)
+    return None if words is None else CoverageVectors(SUBSET_FILE, sha256_file(tmp / SUBSET_FILE), words)
 
 
 def _check_calibration_folder(s: ExportState) -> None:

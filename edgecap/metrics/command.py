@@ -298,6 +298,7 @@ def run_coverage(args) -> int:
         CoverageScorer,
         coverage_difference,
         format_table,
+        hallucination_line,
         summarize,
     )
 
@@ -322,7 +323,8 @@ def run_coverage(args) -> int:
     rows = _acvr_rows(args, area) if args.captions else _record_rows(args, area)
     scorer = CoverageScorer(glove=args.glove, profit=args.profit, multiword=args.multiword,
                             thresholds=args.thresholds, spacy_model=args.spacy_model,
-                            glove_cache=args.glove_cache, n_process=args.n_process, vocabulary=vocabulary)
+                            glove_cache=args.glove_cache, n_process=args.n_process, vocabulary=vocabulary,
+                            warn=lambda line: print(f"warning: {line}", file=sys.stderr))
     summaries, results_of = {}, {}
     for name, row in rows.items():
         results = []
@@ -336,6 +338,7 @@ def run_coverage(args) -> int:
     recorded = {name: row.recorded for name, row in rows.items() if row.recorded}
     print(format_table(summaries, scorer.thresholds, recorded))
     for name, s in summaries.items():
+        print(hallucination_line(name, s))
         c = s["counts"]
         scored = (f"{name}: {c['images']} images scored, {c['empty_captions']} empty captions, "
                   f"{c['captions_without_nouns']} without nouns, {c['images_without_objects']} without objects, "

@@ -225,7 +225,7 @@ def caption_node_class():
             return detector
 
         def _subscribe_detections(self, topic: str, kind: str):
-            from edgecap.runtime.scoring import CoverageAnnotator
+            from edgecap.runtime.scoring import CoverageAnnotator, bundle_vectors
 
             if kind == "vision_msgs":
                 try:
@@ -243,7 +243,7 @@ def caption_node_class():
                                      QoSProfile(history=HistoryPolicy.KEEP_LAST,
                                                 depth=DETECTIONS_TOPIC_DEPTH,
                                                 reliability=ReliabilityPolicy.BEST_EFFORT))
-            coverage = CoverageAnnotator(log=self.get_logger().warning)
+            coverage = CoverageAnnotator(log=self.get_logger().warning, vectors=bundle_vectors(self.captioner.bundle))
             coverage.warm_up()
             return coverage
 

@@ -367,7 +367,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     from .loop import LoopOptions, run_loop
     from .records import Summary
     from .run_sinks import RunContext, open_sinks
-    from .scoring import CoverageAnnotator
+    from .scoring import CoverageAnnotator, bundle_vectors
     from .sources import ACVRSource, FolderSource, SynthSource, make_source, masked
 
     out = out or sys.stdout
@@ -396,6 +396,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     coverage = CoverageAnnotator(settings.coverage and knows_objects,
                                  log=lambda m: print(m, file=out, flush=True),
                                  vocabulary=_coverage_vocabulary(detections, detector),
+                                 vectors=bundle_vectors(captioner.bundle),
                                  background=coverage_in_background(settings, [source]))
     summary = Summary(masked(settings.source), coverage_area=settings.area)  # a URL's password masked
     extra_sinks, sinks = list(sinks), []

@@ -55,7 +55,7 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     from .run_parts import coverage_in_background, default_pace
     from .run_parts import log as _log
     from .run_sinks import RunContext, open_sinks
-    from .scoring import CoverageAnnotator
+    from .scoring import CoverageAnnotator, bundle_vectors
     from .sources import ACVRSource, SynthSource, make_source, masked
 
     out = out or sys.stdout
@@ -69,7 +69,8 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     knows_objects = detector is not None or any(isinstance(s, (ACVRSource, SynthSource)) for s in built)
     coverage = CoverageAnnotator(settings.coverage and knows_objects, log=lambda m: print(m, file=out, flush=True),
                                  vocabulary=None if detector is None else coverage_vocabulary(detector),
-                                 background=coverage_in_background(settings, built))
+                                 background=coverage_in_background(settings, built),
+                                 vectors=bundle_vectors(captioner.bundle))
     names = [masked(s) for s in sources]  # a URL's password masked
     summary = Summary(", ".join(names), coverage_area=settings.area, cameras=[])
     if len(sources) > captioner.batch_size:

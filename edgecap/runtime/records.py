@@ -6,7 +6,8 @@ One record per captioned frame:
      "latency_ms": {"preprocess", "visual", "encoder", "decode", "detector"?}, "capture_to_caption_ms",
      "header_stamp_ns"?, "log_time_ns"?, "header_frame_id"? (robot logs),
      "objects"?: [{"class", "box", "area", "box_area", "pixel_area"?}],
-     "coverage"?: {">1%": .., ">3%": .., ">5%": .., ">10%": ..}, "mentioned"?}
+     "coverage"?: {">1%": .., ">3%": .., ">5%": .., ">10%": ..}, "mentioned"?,
+     "hallucinated"?: [{"noun", "class"}], "mentions"?, "precision"?, "f1"?: {">1%": .., ...}}
 
 The JSONL sink writes one whole line per record and flushes it, so a run that is interrupted
 (Ctrl-C, SIGTERM, a crash) leaves every finished record on disk as valid JSON Lines, readable
@@ -32,6 +33,27 @@ from .captioner import STAGES, Caption
 from .histogram import LogHistogram
 
 
+class Mentioned(list):
+    """What a caption names, per frame: the coverage matches at the lowest threshold (this list
+    of {noun, class, profit, exact}, as "mentioned" always was) and the other side of coverage,
+    CHAIR-style: `hallucinated` ({noun, class} for every mention of a class not in view),
+    `mentions` (how many mentions of a class the caption makes), `precision` (in-view share of
+    them, 1 - CHAIR-i; None without any) and `f1` with coverage per threshold label."""
+
+    def __init__(self, matches=(), hallucinated=(), mentions: int = 0, precision: float | None = None,
+                 f1: dict[str, float | None] | None = None):
+        super().__init__(matches)
+        self.hallucinated = list(hallucinated)
+        self.mentions = mentions
+        self.precision = precision
+        self.f1 = dict(f1 or {})
+
+    def to_json(self) -> dict:
+        return {"hallucinated": self.hallucinated, "mentions": self.mentions,
+                "precision": None if self.precision is None else round(self.precision, 6),
+                "f1": {k: (None if v is None else round(v, 6)) for k, v in self.f1.items()}}
+
+
 @dataclass
 class Record:
     frame: Frame
@@ -39,7 +61,7 @@ class Record:
     source: str
     t_done: float                                 # time.monotonic() when the caption was ready
     coverage: dict[str, float | None] | None = None
-    matches: list[dict] | None = None             # coverage matches at the lowest threshold
+    matches: list[dict] | None = None             # coverage matches at the lowest threshold (a Mentioned)
     camera: int | None = None                     # which camera (--source order), in a run of several
 
     def stamps_ns(self) -> tuple[int, int]:
@@ -78,7 +100,9 @@ class Record:
             out["objects"] = [o.to_json() for o in f.objects]
         if self.coverage is not None:
             out["coverage"] = {k: (None if v is None else round(v, 6)) for k, v in self.coverage.items()}
-            out["mentioned"] = self.matches or []
+            out["mentioned"] = list(self.matches or [])
+            if isinstance(self.matches, Mentioned):
+                out.update(self.matches.to_json())
         return out
 
     def human(self) -> str:
@@ -89,6 +113,9 @@ class Record:
         if self.coverage is not None:
             cells = [f"{k}={'-' if v is None else f'{100 * v:.0f}%'}" for k, v in self.coverage.items()]
             parts.append("| coverage " + " ".join(cells))
+            hallucinated = getattr(self.matches, "hallucinated", None)
+            if hallucinated:
+                parts.append("| not in view: " + ", ".join(sorted({h["class"] for h in hallucinated})))
         return "  ".join(parts)
 
 
@@ -261,6 +288,16 @@ class Summary:
     stalls: int = 0                               # times a camera published nothing for a while
     rounds: int = 0                               # several sources: batches captioned
     coverage_unscored: int = 0                    # captions finished while the scorer was loading
+    # the other side of coverage (Mentioned), as running sums: mentions of a class, those not in
+    # view, captions with one, and precision / F1 sums over the captions they are defined for
+    mention_frames: int = 0
+    mentions: int = 0
+    hallucinated: int = 0
+    hallucinating_frames: int = 0
+    precision_sum: float = 0.0
+    precision_frames: int = 0
+    f1_sums: dict[str, float] = field(default_factory=dict)
+    f1_counts: dict[str, int] = field(default_factory=dict)
 
     def add(self, record: Record) -> None:
         self.captioned += 1
@@ -273,6 +310,37 @@ class Summary:
             if value is not None:
                 self.coverage_sums[key] = self.coverage_sums.get(key, 0.0) + value
                 self.coverage_counts[key] = self.coverage_counts.get(key, 0) + 1
+        if isinstance(record.matches, Mentioned):
+            self._add_mentions(record.matches)
+
+    def _add_mentions(self, m: Mentioned) -> None:
+        self.mention_frames += 1
+        self.mentions += m.mentions
+        self.hallucinated += len(m.hallucinated)
+        self.hallucinating_frames += bool(m.hallucinated)
+        if m.precision is not None:
+            self.precision_sum += m.precision
+            self.precision_frames += 1
+        for key, value in m.f1.items():
+            if value is not None:
+                self.f1_sums[key] = self.f1_sums.get(key, 0.0) + value
+                self.f1_counts[key] = self.f1_counts.get(key, 0) + 1
+
+    def hallucination(self) -> dict | None:
+        """CHAIR-i / CHAIR-s over the run's scored frames, mean precision and F1 (None: no
+        frame was scored)."""
+        frames = self.mention_frames
+        if not frames:
+            return None
+        return {
+            "CHAIR-i": round(self.hallucinated / self.mentions, 6) if self.mentions else 0.0,
+            "CHAIR-s": round(self.hallucinating_frames / frames, 6),
+            "frames": frames, "mentions": self.mentions, "hallucinated_mentions": self.hallucinated,
+            "frames_with_hallucination": self.hallucinating_frames,
+            "precision_mean": round(self.precision_sum / self.precision_frames, 6) if self.precision_frames else None,
+            "precision_frames": self.precision_frames,
+            "f1_mean": {k: round(self.f1_sums[k] / n, 6) for k, n in self.f1_counts.items()},
+        }
 
     @property
     def fps(self) -> float | None:
@@ -302,6 +370,7 @@ class Summary:
             "coverage_mean": {k: round(self.coverage_sums[k] / n, 6) for k, n in self.coverage_counts.items()},
             "coverage_frames": dict(self.coverage_counts),
             "coverage_rule": coverage_rule(self.coverage_area),
+            **({"hallucination": h} if (h := self.hallucination()) is not None else {}),
             **({"coverage_unscored": self.coverage_unscored} if self.coverage_unscored else {}),
             **({"detections": self.detections} if self.detections is not None else {}),
             **({"detector": self.detector} if self.detector is not None else {}),
@@ -328,6 +397,14 @@ class Summary:
             cells = [f"{k} {100 * v:.1f} (n={s['coverage_frames'][k]})"
                      for k, v in s["coverage_mean"].items()]
             lines.append(f"  mean coverage ({s['coverage_rule']}): " + ", ".join(cells))
+        if s.get("hallucination"):
+            h = s["hallucination"]
+            f1 = ", ".join(f"{k} {100 * v:.1f}" for k, v in h["f1_mean"].items())
+            lines.append(f"  not in view: {h['hallucinated_mentions']} of {h['mentions']} class mentions "
+                         f"(CHAIR-i {100 * h['CHAIR-i']:.1f}%), in {h['frames_with_hallucination']} captions "
+                         f"(CHAIR-s {100 * h['CHAIR-s']:.1f}%); mean precision "
+                         + ("-" if h["precision_mean"] is None else f"{100 * h['precision_mean']:.1f}")
+                         + (f", mean F1 {f1}" if f1 else ""))
         if s.get("coverage_unscored"):
             lines.append(f"  {s['coverage_unscored']} captions not scored: finished while the coverage scorer "
                          "was loading (--coverage-load background)")
