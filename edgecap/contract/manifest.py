@@ -689,8 +689,11 @@ class Manifest:
         pre = self.preprocessing
         data = {**asdict(self), "state": self.state.to_dict(), "preprocessing": None if pre is None else pre.to_dict()}
         data.update({name: _plain(getattr(self, name)) for name in ("model", "parity", "checks")})
-        data.update({name: _plain(getattr(self, name)) or {} for name in ("versions", "retrieval", "frontend",
-                                                                          "coverage")})
+        data.update({name: _plain(getattr(self, name)) or {} for name in ("versions", "retrieval", "frontend")})
+        if self.coverage is None:  # newer than the others: absent, not {}, so older bundles read back as written
+            del data["coverage"]
+        else:
+            data["coverage"] = self.coverage.to_dict()
         # `format` first so a reader sees what the file is at a glance
         return {"format": data.pop("format"), **data}
 
