@@ -22,7 +22,7 @@ $(PY):
 
 $(STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PIP) install --quiet -c constraints.txt torch==2.14.1 torchvision==0.29.1
-	$(PIP) install --quiet -c constraints.txt -e ".[train,nlp,eval,ros,ros2,rerun,coco,dev]"
+	$(PIP) install --quiet -c constraints.txt -e ".[train,nlp,eval,ros,ros2,rerun,coco,fleet,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
