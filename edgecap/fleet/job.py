@@ -147,6 +147,8 @@ def _quiet_ray_data(ray) -> None:
     context.enable_auto_log_stats = False
     context.raise_original_map_exception = True
     logging.getLogger("ray.data").setLevel(logging.WARNING)
+    # its one warning that the bars we switched off are off
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
 
 
 def run_fleet(options: FleetOptions, out=None) -> dict:

@@ -97,10 +97,10 @@ def read_log(unit: dict, options: ReadOptions) -> Iterator[dict]:
     streams: list[dict] = []
     error = None
     try:
-        for topic, source in _sources(unit, options):
+        for topic, source, only in _sources(unit, options):
             stream = {"topic": topic, "frames": 0, "skipped": 0, "skips": [], "note": None, "detections": None}
             streams.append(stream)
-            yield from _frames(unit, topic, source, stream, options)
+            yield from _frames(unit, topic, source, only, stream, options)
         if streams and not any(s["frames"] for s in streams):
             skipped = sum(s["skipped"] for s in streams)
             first = next((s["skips"][0] for s in streams if s["skips"]), "")
@@ -133,22 +133,23 @@ def image_topics(path: str, options: ReadOptions) -> list[str]:
 
 
 def _sources(unit: dict, options: ReadOptions):
-    """(topic, unopened source) per stream of the log."""
+    """(topic, unopened source, whether it is the log's only stream) per stream of the log."""
     from edgecap.runtime.sources import make_source
 
     path = unit["path"]
     if unit["kind"] == "log":
-        for topic in image_topics(path, options):
-            yield topic, make_source(path, topic=topic, area=options.area)
+        topics = image_topics(path, options)
+        for topic in topics:
+            yield topic, make_source(path, topic=topic, area=options.area), len(topics) == 1
     else:
-        yield "", make_source(path, area=options.area)
+        yield "", make_source(path, area=options.area), True
 
 
-def _frames(unit: dict, topic: str, source, stream: dict, options: ReadOptions) -> Iterator[dict]:
+def _frames(unit: dict, topic: str, source, only: bool, stream: dict, options: ReadOptions) -> Iterator[dict]:
     from edgecap.runtime.camera import FrameGrabber
     from edgecap.runtime.sources import FolderSource
 
-    detections, vocabulary = _detections(unit["key"], topic, options, stream)
+    detections, vocabulary = _detections(unit["key"], topic, only, options, stream)
 
     def skipped(message: str) -> None:
         if message.startswith("skipped: ") and len(stream["skips"]) < SKIPS_KEPT:
@@ -202,14 +203,13 @@ def detection_file(folder: str, key: str, topic: str, single: bool) -> Path | No
     return next((base.parent / n for n in names if (base.parent / n).is_file()), None)
 
 
-def _detections(key: str, topic: str, options: ReadOptions, stream: dict):
+def _detections(key: str, topic: str, only: bool, options: ReadOptions, stream: dict):
     """(Detections or None, the coverage vocabulary spec of their class set or None)."""
     if options.detections is None:
         return None, None
     from edgecap.runtime.detections import Detections
 
-    single = not options.all_topics and len(options.topics) <= 1
-    path = detection_file(options.detections, key, topic, single)
+    path = detection_file(options.detections, key, topic, only)
     if path is None:
         return None, None
     categories = None
