@@ -124,9 +124,10 @@ def test_only_the_fleet_package_imports_ray_and_nothing_imports_the_fleet():
 def test_ray_is_in_the_fleet_extra_only_and_make_test_installs_it():
     """The robot install (`pip install edgecap`) does not grow; `make test` runs the fleet tests."""
     import re
-    import tomllib
 
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    from edgecap.jsonio import read_toml
+
+    project = read_toml(REPO / "pyproject.toml")["project"]
     assert not [d for d in project["dependencies"] if d.startswith("ray")]
     extras = project["optional-dependencies"]
     assert [name for name, deps in extras.items() if any(d.startswith("ray") for d in deps)] == ["fleet"]
