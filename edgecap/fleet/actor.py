@@ -94,10 +94,13 @@ class CaptionActor:
             frames.append(Frame(image, row["index"], now - (now_wall - row["wall_time"]), row["wall_time"],
                                 decode_objects(row["objects"]), row["image_id"], stamp=stamp))
             kept.append(row)
-        captions = self.captioner.caption([f.image for f in frames], beam=self.beam) if frames else []
-        t_done, done_wall = time.monotonic(), time.time()
+        captions, done = [], []
+        for start in range(0, len(frames), self.captioner.batch_size):  # one bundle batch at a time,
+            chunk = frames[start:start + self.captioner.batch_size]     # each stamped when it is ready
+            captions += self.captioner.caption([f.image for f in chunk], beam=self.beam)
+            done += [(time.monotonic(), time.time())] * len(chunk)
         out = []
-        for row, frame, caption in zip(kept, frames, captions, strict=True):
+        for row, frame, caption, (t_done, done_wall) in zip(kept, frames, captions, done, strict=True):
             record = Record(frame, caption, row["source"], t_done)
             scored = self._annotator(row["vocabulary"]).score(caption.text, frame.objects)
             if scored is not None:
