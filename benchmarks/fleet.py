@@ -19,7 +19,7 @@ Ray start-up and the bundle loading, which are reported apart ("start-up s": for
 total wall time less its captioning time; for the fleet, the time to its first caption).
 "Ray overhead" compares a fleet with the `run` that uses the same CPUs (all cores, or one
 thread per actor). "per busy second" is an actor's captions over the time it spent in its calls:
-the figure to project a cluster from (docs/fleet.md). Medians over --repeats. The model is the
+the figure to project a cluster from (docs/fleet.md). Medians over --repeats rounds, each round running every configuration once. The model is the
 packaged demo (exported once, beam 3) unless --bundle names one. Writes results/fleet/fleet.json,
 fleet.md and fleet.png.
 """
@@ -142,17 +142,19 @@ def main(argv=None) -> int:
         bundle = make_bundle(args, tmp)
         logs = write_logs(tmp, args.logs, args.frames, args.size)
         print(f"{args.logs} logs x {args.frames} images of {args.size} px; bundle {bundle}", flush=True)
-        for name, kind, actors, threads, against in configurations(cores):
-            results = []
-            for _ in range(args.repeats):
+        runs: dict[str, list[dict]] = {}
+        for _ in range(args.repeats):  # rounds of every configuration: the machine's load drifts
+            for name, kind, actors, threads, _against in configurations(cores):
                 work = Path(tempfile.mkdtemp(dir=tmp))
                 load = os.getloadavg()[0]
                 result = run_single(bundle, logs, threads, work) if kind == "run" else \
                     run_fleet(bundle, logs, actors, threads, work)
                 result["load_1m"] = load
-                results.append(result)
+                runs.setdefault(name, []).append(result)
                 shutil.rmtree(work)
                 print(f"  {name}: {result}", flush=True)
+        for name, kind, actors, threads, against in configurations(cores):
+            results = runs[name]
             ok = [r for r in results if r["status"] == "ok"]
             row = {"configuration": name, "kind": kind, "actors": actors, "threads": threads or "auto",
                    "against": against, "runs": len(ok)}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
@@ -53,7 +53,6 @@ class FleetOptions:
     num_cpus: int | None = None          # the local cluster's CPUs (default: this machine's)
     object_store_mb: int | None = None   # the local cluster's object store
     quiet: bool = False
-    extra: dict = field(default_factory=dict)   # added to summary.json (benchmarks: their settings)
 
 
 @dataclass(frozen=True)
@@ -176,7 +175,7 @@ def run_fleet(options: FleetOptions, out=None) -> dict:
     report = FleetReport(total=len(logs), pending=len(pending))
     resources = actor_resources(manifest, options)
     extra = {"edgecap": __version__, "bundle": str(Path(options.bundle).resolve()), "bundle_sha256": sha256,
-             "out": str(layout.root), **options.extra}
+             "out": str(layout.root)}
     if pending:
         print(f"edgecap fleet: {len(logs)} logs, {len(logs) - len(pending)} finished before; captioning "
               f"{len(pending)} into {layout.root}", file=out, flush=True)

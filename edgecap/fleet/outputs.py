@@ -29,8 +29,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgecap.errors import EdgecapError
-
 from .plan import JobSettings, Layout, LogInput, settings_fingerprint
 from .reading import END, decode_objects
 
@@ -195,7 +193,7 @@ def _part_metadata(path: Path) -> dict | None:
     try:
         meta = pq.read_schema(path).metadata or {}
         return json.loads(meta[PART_METADATA])
-    except (OSError, KeyError, ValueError, TypeError, Exception):  # pyarrow raises ArrowInvalid and others
+    except Exception:  # not Parquet (pyarrow's ArrowInvalid), not ours (KeyError), not JSON: not a finished part
         return None
 
 
@@ -230,16 +228,3 @@ def caption_count(path: Path) -> int | None:
         return None
     ids = [c.id for c in summary.channels.values() if c.topic == CAPTION_TOPIC]
     return sum(summary.statistics.channel_message_counts.get(i, 0) for i in ids)
-
-
-def check_dataset(layout: Layout) -> None:
-    """The dataset reads as one table (a part that does not is named)."""
-    import pyarrow.parquet as pq
-
-    for part in sorted(layout.dataset.rglob("*.parquet")):
-        if any(p.startswith(".") for p in part.relative_to(layout.dataset).parts):
-            continue
-        try:
-            pq.read_metadata(part)
-        except Exception as exc:  # pyarrow's errors have no common base below Exception
-            raise EdgecapError(f"dataset part {part} does not read as Parquet ({exc})") from None

@@ -112,8 +112,9 @@ def summary_lines(summary: dict) -> list[str]:
              f"finished before, {logs['left']} left; {summary['images_captioned']} images, "
              f"{summary['frames_skipped']} frames skipped; stopped by {summary['stopped_by']}"]
     rate = summary["captions_per_s"]
-    lines.append(f"  {summary['seconds']:.1f} s in all ({summary['startup_s'] or 0:.1f} s to the first caption); "
-                 + (f"{rate:.2f} captions/s" if rate else "no captions/s (too few captions)"))
+    startup = summary["startup_s"]
+    lines.append(f"  {summary['seconds']:.1f} s in all" + (f" ({startup:.1f} s to the first caption)" if startup else "")
+                 + (f"; {rate:.2f} captions/s" if rate else ""))
     for actor in summary["actors"]:
         per = actor["captions_per_busy_s"]
         lines.append(f"  actor {actor['actor']}: {actor['captions']} captions, {actor['busy_s']:.1f} s busy"
