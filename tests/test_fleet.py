@@ -319,3 +319,76 @@ def test_logs_that_are_not_logs_are_one_line(run_cli, bundle, tmp_path):
                             (tmp_path / "empty", "no robot logs")):
         code, _, stderr = run_cli("fleet", bundle, target, "--out", tmp_path / "out")
         assert code == 1 and message in stderr and stderr.count("\n") == 1
+
+
+def test_a_folder_is_one_recording_or_a_folder_of_logs(tmp_path):
+    from edgecap.fleet.plan import discover
+
+    fleet = tmp_path / "fleet"
+    (fleet / "robot1" / "bag").mkdir(parents=True)
+    (fleet / "robot1" / "bag" / "bag_0.mcap").write_bytes(b"")         # killed before metadata.yaml
+    (fleet / "robot1" / "bag" / "bag_1.mcap").write_bytes(b"")
+    (fleet / "robot2").mkdir()
+    for name in ("morning.mcap", "evening.bag", "clip.mp4", "notes.txt", ".hidden.mcap"):
+        (fleet / "robot2" / name).write_bytes(b"")
+    found = discover([str(fleet)], tmp_path / "out")
+    assert [(log.key, log.kind) for log in found] == [
+        ("fleet/robot1/bag", "log"), ("fleet/robot2/clip.mp4", "video"), ("fleet/robot2/evening.bag", "log"),
+        ("fleet/robot2/morning.mcap", "log")]
+    with pytest.raises(EdgecapError, match="would both be named 'morning.mcap'"):
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "morning.mcap").write_bytes(b"")
+        discover([str(fleet / "robot2" / "morning.mcap"), str(other / "morning.mcap")], tmp_path / "out")
+    with pytest.raises(EdgecapError, match="is inside --out"):
+        discover([str(fleet)], fleet)
+
+
+def test_actor_resources_follow_the_bundles_providers_and_never_starve_the_readers():
+    from types import SimpleNamespace
+
+    from edgecap.fleet.job import READ_CPUS, actor_resources, pool_size
+
+    cpu_bundle = SimpleNamespace(graphs=[SimpleNamespace(engine="onnxruntime")])
+    trt_bundle = SimpleNamespace(graphs=[SimpleNamespace(engine="onnxruntime"), SimpleNamespace(engine="tensorrt")])
+    options = FleetOptions(bundle="b", logs=[], out="o")
+    cpu = actor_resources(cpu_bundle, options)
+    assert (cpu.device, cpu.num_cpus, cpu.num_gpus, cpu.providers) == ("cpu", 0.5, 0.0, ["CPUExecutionProvider"])
+    assert pool_size(cpu, {"CPU": 2.0}, None, 1) == 2 and 2 * cpu.num_cpus + READ_CPUS <= 2
+    gpu = actor_resources(trt_bundle, options)
+    assert (gpu.device, gpu.num_gpus) == ("gpu", 1.0)
+    assert pool_size(gpu, {"CPU": 16.0, "GPU": 4.0}, None, 1) == 4  # an actor per GPU
+    cuda = actor_resources(cpu_bundle, FleetOptions(bundle="b", logs=[], out="o",
+                                                    providers=["CUDAExecutionProvider", "CPUExecutionProvider"]))
+    assert cuda.device == "gpu" and cuda.providers[0] == "CUDAExecutionProvider"
+    with pytest.raises(EdgecapError, match="the Ray cluster has no GPUs"):
+        pool_size(gpu, {"CPU": 2.0}, None, 1)
+    whole = actor_resources(cpu_bundle, FleetOptions(bundle="b", logs=[], out="o", actor_cpus=1.0))
+    with pytest.raises(EdgecapError, match="the read tasks would starve"):  # issue 37's trap: 2 x 1 CPU on 2 CPUs
+        pool_size(whole, {"CPU": 2.0}, 2, 1)
+
+
+def test_the_gatherer_waits_for_every_announced_frame_and_drops_repeats():
+    import pyarrow as pa
+
+    from edgecap.fleet.actor import caption_schema
+    from edgecap.fleet.outputs import Gatherer
+    from edgecap.fleet.plan import LogInput
+
+    def rows(*items):
+        return pa.Table.from_pylist([dict.fromkeys(caption_schema().names) | item for item in items],
+                                    schema=caption_schema())
+
+    end = {"kind": "end", "unit": 0, "topic": "", "index": -1, "info": json.dumps(
+        {"source": "a", "error": None, "streams": [{"topic": "/c", "frames": 2, "skipped": 0, "skips": []}]})}
+    gatherer = Gatherer({0: LogInput("/a.mcap", "a.mcap", "log"), 1: LogInput("/b.mcap", "b.mcap", "log")})
+    frame = {"kind": "frame", "unit": 0, "topic": "/c", "caption": "x"}
+    assert gatherer.add(rows(end, {**frame, "index": 1})) == []                # the END row came first
+    assert gatherer.add(rows({**frame, "index": 1})) == []                     # a retried task's repeat
+    [state] = gatherer.add(rows({**frame, "index": 0}))
+    assert state.log.key == "a.mcap" and [r["index"] for r in state.stream_rows("/c")] == [0, 1]
+    failed = {"kind": "end", "unit": 1, "topic": "", "index": -1,
+              "info": json.dumps({"source": "b", "error": "broken", "streams": []})}
+    [state] = gatherer.add(rows(failed))
+    assert state.error == "broken" and gatherer.open == {}
+    assert gatherer.add(rows({**frame, "unit": 1, "index": 0})) == []          # a failed log's late row
