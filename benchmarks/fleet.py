@@ -7,9 +7,9 @@ Writes `--logs` robot logs of the synthetic world's moving camera (`edgecap data
 a different world seed each), then captions all of them, each configuration in its own process
 as a user runs it:
 
-    run              `edgecap run LOG --replay fast` per log, one after another, onnxruntime
-                     deciding its threads (all cores): the single process
-    run, 1 thread    the same with --threads 1: what one actor's onnxruntime gets
+    run              `edgecap run LOG --replay fast` per log, one after another, as a robot
+                     runs it (onnxruntime's threads on all cores, spinning between ops)
+    run, T threads   the same with --threads T --no-spin: a caption actor's onnxruntime settings
     fleet A x T      `edgecap fleet LOGS` on a local Ray cluster of this machine's cores, A
                      actors of T onnxruntime threads each
 
@@ -17,8 +17,8 @@ and reads each one's summary. "captions/s" is the steady rate, captions over the
 the first and the last caption (for `run`, summed over its logs), so it leaves out process and
 Ray start-up and the bundle loading, which are reported apart ("start-up s": for `run`, its
 total wall time less its captioning time; for the fleet, the time to its first caption).
-"Ray overhead" compares a fleet with the `run` that uses the same CPUs (all cores, or one
-thread per actor). "per busy second" is an actor's captions over the time it spent in its calls:
+"Ray overhead" compares a fleet with the `run` of the same CPUs and onnxruntime settings
+(one thread for one actor of one thread; all cores, no spin, for the others). "per busy second" is an actor's captions over the time it spent in its calls:
 the figure to project a cluster from (docs/fleet.md). Medians over --repeats rounds, each round running every configuration once. The model is the
 packaged demo (exported once, beam 3) unless --bundle names one. Writes results/fleet/fleet.json,
 fleet.md and fleet.png.
@@ -88,13 +88,13 @@ def _failed(proc) -> str:
     return (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
 
 
-def run_single(bundle: Path, logs: Path, threads: int, workdir: Path) -> dict:
+def run_single(bundle: Path, logs: Path, threads: int, spin: bool, workdir: Path) -> dict:
     """`edgecap run` over every log, one process after another."""
     captions, span, began = 0, 0.0, time.perf_counter()
     for log in sorted(logs.glob("*.mcap")):
         jsonl = workdir / f"{log.stem}.jsonl"
         proc = _edgecap("run", bundle, "--source", log, "--replay", "fast", "--no-coverage", "--quiet",
-                        "--threads", threads, "--jsonl", jsonl)
+                        "--threads", threads, "--spin" if spin else "--no-spin", "--jsonl", jsonl)
         if proc.returncode != 0:
             return {"status": "failed", "reason": _failed(proc)}
         summary = json.loads(jsonl.with_suffix(".summary.json").read_text())
@@ -122,12 +122,15 @@ def run_fleet(bundle: Path, logs: Path, actors: int, threads: int, workdir: Path
 
 
 def configurations(cores: int):
-    """(name, kind, actors, threads, the run it is compared with)."""
-    yield "run", "run", None, 0, None
-    yield "run, 1 thread", "run", None, 1, None
-    yield "fleet 1 x 1 thread", "fleet", 1, 1, "run, 1 thread"
-    yield f"fleet 1 x {cores} threads", "fleet", 1, cores, "run"
-    yield f"fleet {cores} x 1 thread", "fleet", cores, 1, "run"
+    """(name, kind, actors, onnxruntime threads, spin, the run it is compared with). A caption
+    actor's onnxruntime threads sleep when idle (no spin), so each fleet is compared with the
+    `run` of the same threads and spin; `run` as a robot runs it (all cores, spinning) is shown too."""
+    yield "run", "run", None, 0, True, None
+    yield "run, 1 thread", "run", None, 1, False, None
+    yield f"run, {cores} threads, no spin", "run", None, cores, False, None
+    yield "fleet 1 actor x 1 thread", "fleet", 1, 1, False, "run, 1 thread"
+    yield f"fleet 1 actor x {cores} threads", "fleet", 1, cores, False, f"run, {cores} threads, no spin"
+    yield f"fleet {cores} actors x 1 thread", "fleet", cores, 1, False, f"run, {cores} threads, no spin"
 
 
 def main(argv=None) -> int:
@@ -144,16 +147,16 @@ def main(argv=None) -> int:
         print(f"{args.logs} logs x {args.frames} images of {args.size} px; bundle {bundle}", flush=True)
         runs: dict[str, list[dict]] = {}
         for _ in range(args.repeats):  # rounds of every configuration: the machine's load drifts
-            for name, kind, actors, threads, _against in configurations(cores):
+            for name, kind, actors, threads, spin, _against in configurations(cores):
                 work = Path(tempfile.mkdtemp(dir=tmp))
                 load = os.getloadavg()[0]
-                result = run_single(bundle, logs, threads, work) if kind == "run" else \
+                result = run_single(bundle, logs, threads, spin, work) if kind == "run" else \
                     run_fleet(bundle, logs, actors, threads, work)
                 result["load_1m"] = load
                 runs.setdefault(name, []).append(result)
                 shutil.rmtree(work)
                 print(f"  {name}: {result}", flush=True)
-        for name, kind, actors, threads, against in configurations(cores):
+        for name, kind, actors, threads, _spin, against in configurations(cores):
             results = runs[name]
             ok = [r for r in results if r["status"] == "ok"]
             row = {"configuration": name, "kind": kind, "actors": actors, "threads": threads or "auto",

@@ -257,7 +257,7 @@ def _many_logs(root, count, n):
     return root
 
 
-def test_a_job_killed_mid_way_is_resumed_for_exactly_the_missing_logs(cluster, bundle, tmp_path):
+def test_a_job_killed_mid_way_is_resumed_for_exactly_the_missing_logs(cluster, bundle, tmp_path, capsys):
     logs = _many_logs(tmp_path / "logs", 8, 150)
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "edgecap.cli", "fleet", bundle, logs, "--out", out, "--address", cluster,
@@ -275,8 +275,13 @@ def test_a_job_killed_mid_way_is_resumed_for_exactly_the_missing_logs(cluster, b
     before = {p.stem for p in (out / "dataset" / "logs").glob("*.parquet")}
     assert before, f"exit {proc.returncode}: {output.decode()[-3000:]}"
     assert len(before) < 8, "the job finished before it could be killed; give it more to do"
-    summary = run_fleet(FleetOptions(bundle=str(bundle), logs=[str(logs)], out=str(out), quiet=True),
-                        out=io.StringIO())
+    capsys.readouterr()
+    summary = run_fleet(FleetOptions(bundle=str(bundle), logs=[str(logs)], out=str(out)), out=io.StringIO())
+    progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("edgecap fleet: [")]
+    left = 8 - len(before)  # not a terminal: a line per log, with the images so far, the rate and an ETA
+    assert [line.split("]")[0] for line in progress] == [f"edgecap fleet: [{i}/{left}" for i in range(1, left + 1)]
+    assert all("150 captions; " in line and " images captioned" in line for line in progress)
+    assert "captions/s" in progress[-1] and ("ETA " in progress[0] or left == 1)
     assert summary["logs"]["finished_before"] == len(before)
     assert {log["log"] for log in summary["per_log"]} == {f"logs/log_{i:02d}.mcap" for i in range(8)} - {
         f"logs/{stem}" for stem in before}
