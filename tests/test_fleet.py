@@ -397,3 +397,10 @@ def test_the_gatherer_waits_for_every_announced_frame_and_drops_repeats():
     [state] = gatherer.add(rows(failed))
     assert state.error == "broken" and gatherer.open == {}
     assert gatherer.add(rows({**frame, "unit": 1, "index": 0})) == []          # a failed log's late row
+
+
+def test_without_the_fleet_extra_the_command_names_it(run_cli, bundle, fleet, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    code, _, stderr = run_cli("fleet", bundle, fleet / "robot1", "--out", tmp_path / "out")
+    assert code == 1 and stderr.count("\n") == 1 and 'pip install "edgecap[fleet]"' in stderr
+    assert not (tmp_path / "out").exists()

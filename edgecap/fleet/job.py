@@ -110,14 +110,20 @@ def bundle_facts(path: str, beam: int | None):
     return manifest, sha256_file(Path(path) / MANIFEST_NAME)
 
 
-@contextlib.contextmanager
-def ray_cluster(options: FleetOptions):
-    """Ray, connected: to the cluster at --address, else to a new local one, shut down at the end.
-    A caller that connected already (a test, a notebook) keeps its connection."""
+def _ray():
+    """Ray with Ray Data, or the one-line message naming the extra."""
     from edgecap.errors import require
 
     ray = require("ray", "fleet", "captioning a fleet's logs on a Ray cluster")
     require("ray.data", "fleet", "captioning a fleet's logs on a Ray cluster")
+    return ray
+
+
+@contextlib.contextmanager
+def ray_cluster(options: FleetOptions):
+    """Ray, connected: to the cluster at --address, else to a new local one, shut down at the end.
+    A caller that connected already (a test, a notebook) keeps its connection."""
+    ray = _ray()
     if ray.is_initialized():
         yield ray
         return
@@ -163,6 +169,7 @@ def run_fleet(options: FleetOptions, out=None) -> dict:
     if options.address and (options.num_cpus is not None or options.object_store_mb is not None):
         raise EdgecapError("--num-cpus and --object-store-mb size the local cluster; with --address the cluster "
                            "has its own (set them in `ray start`)")
+    _ray()  # before anything is written
     manifest, sha256 = bundle_facts(options.bundle, options.beam)
     layout = Layout(Path(options.out).expanduser().resolve())
     logs = discover(options.logs, layout.root)
