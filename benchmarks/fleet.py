@@ -10,18 +10,23 @@ as a user runs it:
     run              `edgecap run LOG --replay fast` per log, one after another, as a robot
                      runs it (onnxruntime's threads on all cores, spinning between ops)
     run, T threads   the same with --threads T --no-spin: a caption actor's onnxruntime settings
+    run, P processes P such processes at once, each taking its share of the logs: parallelism
+                     without Ray
     fleet A x T      `edgecap fleet LOGS` on a local Ray cluster of this machine's cores, A
                      actors of T onnxruntime threads each
 
-and reads each one's summary. "captions/s" is the steady rate, captions over the time between
-the first and the last caption (for `run`, summed over its logs), so it leaves out process and
-Ray start-up and the bundle loading, which are reported apart ("start-up s": for `run`, its
-total wall time less its captioning time; for the fleet, the time to its first caption).
-"Ray overhead" compares a fleet with the `run` of the same CPUs and onnxruntime settings
-(one thread for one actor of one thread; all cores, no spin, for the others). "per busy second" is an actor's captions over the time it spent in its calls:
-the figure to project a cluster from (docs/fleet.md). Medians over --repeats rounds, each round running every configuration once. The model is the
-packaged demo (exported once, beam 3) unless --bundle names one. Writes results/fleet/fleet.json,
-fleet.md and fleet.png.
+and reads each one's summary. "captions/s" is the steady rate: captions over the time between
+the first and the last caption (for `run`, per process summed over its logs, and the processes'
+rates added), so it leaves out process and Ray start-up and the bundle loading, reported apart
+("start-up s": for `run`, its wall time less its captioning time; for the fleet, the time to its
+first caption). Each `run` writes its caption log (--out-mcap), as the fleet does.
+
+"Ray overhead" compares a fleet with the `run` of the same processes, onnxruntime threads and
+spin: one actor with one process, A actors of one thread with A processes of one thread. "per
+busy second" is an actor's captions over the time it spent in its calls, the figure to project
+a cluster from (docs/fleet.md). Medians over --repeats rounds, each round running every
+configuration once (the machine's load drifts). The model is the packaged demo (exported once,
+beam 3) unless --bundle names one. Writes results/fleet/fleet.json, fleet.md and fleet.png.
 """
 
 from __future__ import annotations
@@ -88,22 +93,41 @@ def _failed(proc) -> str:
     return (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
 
 
-def run_single(bundle: Path, logs: Path, threads: int, spin: bool, workdir: Path) -> dict:
-    """`edgecap run` over every log, one process after another."""
-    captions, span, began = 0, 0.0, time.perf_counter()
-    for log in sorted(logs.glob("*.mcap")):
+def _run_logs(bundle: Path, logs: list[Path], threads: int, spin: bool, workdir: Path) -> dict:
+    """`edgecap run` over `logs`, one process after another, each writing its caption log as the
+    fleet does: (captions, steady captions/s, seconds captioning)."""
+    captions, span = 0, 0.0
+    for log in logs:
         jsonl = workdir / f"{log.stem}.jsonl"
         proc = _edgecap("run", bundle, "--source", log, "--replay", "fast", "--no-coverage", "--quiet",
-                        "--threads", threads, "--spin" if spin else "--no-spin", "--jsonl", jsonl)
+                        "--threads", threads, "--spin" if spin else "--no-spin", "--jsonl", jsonl,
+                        "--out-mcap", workdir / f"{log.stem}.captions.mcap")
         if proc.returncode != 0:
-            return {"status": "failed", "reason": _failed(proc)}
+            raise RuntimeError(_failed(proc))
         summary = json.loads(jsonl.with_suffix(".summary.json").read_text())
         n = summary["frames_captioned"]
         captions += n
         span += (n - 1) / summary["fps"]
+    return {"captions": captions, "rate": (captions - len(logs)) / span, "span": span}
+
+
+def run_single(bundle: Path, logs: Path, processes: int, threads: int, spin: bool, workdir: Path) -> dict:
+    """`edgecap run` over every log: `processes` at a time, each taking its share of the logs
+    one after another; the steady rate is the sum of the processes' own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = sorted(logs.glob("*.mcap"))
+    shares = [files[i::processes] for i in range(processes)]
+    began = time.perf_counter()
+    try:
+        with ThreadPoolExecutor(processes) as pool:
+            parts = list(pool.map(lambda share: _run_logs(bundle, share, threads, spin, workdir), shares))
+    except RuntimeError as exc:
+        return {"status": "failed", "reason": str(exc)}
     wall = time.perf_counter() - began
-    return {"status": "ok", "captions": captions, "captions_per_s": (captions - len(list(logs.glob("*.mcap")))) / span,
-            "startup_s": wall - span, "wall_s": wall}
+    return {"status": "ok", "captions": sum(p["captions"] for p in parts),
+            "captions_per_s": sum(p["rate"] for p in parts),
+            "startup_s": wall - max(p["span"] for p in parts), "wall_s": wall}
 
 
 def run_fleet(bundle: Path, logs: Path, actors: int, threads: int, workdir: Path) -> dict:
@@ -122,15 +146,17 @@ def run_fleet(bundle: Path, logs: Path, actors: int, threads: int, workdir: Path
 
 
 def configurations(cores: int):
-    """(name, kind, actors, onnxruntime threads, spin, the run it is compared with). A caption
-    actor's onnxruntime threads sleep when idle (no spin), so each fleet is compared with the
-    `run` of the same threads and spin; `run` as a robot runs it (all cores, spinning) is shown too."""
-    yield "run", "run", None, 0, True, None
-    yield "run, 1 thread", "run", None, 1, False, None
-    yield f"run, {cores} threads, no spin", "run", None, cores, False, None
+    """(name, kind, processes or actors, onnxruntime threads, spin, the run it is compared with).
+    A caption actor's onnxruntime threads sleep when idle (no spin), so each fleet is compared with
+    the `run` of the same processes, threads and spin; `run` as a robot runs it (all cores,
+    spinning) is shown too."""
+    yield "run", "run", 1, 0, True, None
+    yield "run, 1 thread", "run", 1, 1, False, None
+    yield f"run, {cores} threads, no spin", "run", 1, cores, False, None
+    yield f"run, {cores} processes x 1 thread", "run", cores, 1, False, None
     yield "fleet 1 actor x 1 thread", "fleet", 1, 1, False, "run, 1 thread"
     yield f"fleet 1 actor x {cores} threads", "fleet", 1, cores, False, f"run, {cores} threads, no spin"
-    yield f"fleet {cores} actors x 1 thread", "fleet", cores, 1, False, f"run, {cores} threads, no spin"
+    yield f"fleet {cores} actors x 1 thread", "fleet", cores, 1, False, f"run, {cores} processes x 1 thread"
 
 
 def main(argv=None) -> int:
@@ -150,7 +176,7 @@ def main(argv=None) -> int:
             for name, kind, actors, threads, spin, _against in configurations(cores):
                 work = Path(tempfile.mkdtemp(dir=tmp))
                 load = os.getloadavg()[0]
-                result = run_single(bundle, logs, threads, spin, work) if kind == "run" else \
+                result = run_single(bundle, logs, actors, threads, spin, work) if kind == "run" else \
                     run_fleet(bundle, logs, actors, threads, work)
                 result["load_1m"] = load
                 runs.setdefault(name, []).append(result)
@@ -159,7 +185,7 @@ def main(argv=None) -> int:
         for name, kind, actors, threads, _spin, against in configurations(cores):
             results = runs[name]
             ok = [r for r in results if r["status"] == "ok"]
-            row = {"configuration": name, "kind": kind, "actors": actors, "threads": threads or "auto",
+            row = {"configuration": name, "kind": kind, "processes": actors, "threads": threads or "auto",
                    "against": against, "runs": len(ok)}
             if not ok:
                 rows.append({**row, "status": "failed", "reason": results[-1]["reason"]})
