@@ -76,10 +76,12 @@ class FleetReport:
         return (sum(a.captions for a in self.actors.values()) - 1) / (self.last_caption - self.first_caption)
 
     def eta(self) -> float | None:
-        """Seconds left, from the time each log has taken so far (logs vary in length)."""
+        """Seconds left, from the time each log has taken since the first caption (Ray's start-up
+        and the actors' bundle loading are behind by then); logs vary in length."""
         if not self.done or self.done >= self.pending:
             return None
-        return (time.time() - self.started) / self.done * (self.pending - self.done)
+        since = self.first_caption if self.first_caption is not None else self.started
+        return max(0.0, time.time() - since) / self.done * (self.pending - self.done)
 
     def line(self, key: str, what: str) -> str:
         rate, eta = self.rate, self.eta()
