@@ -244,6 +244,18 @@ def test_a_second_run_finds_every_log_finished_and_changes_nothing(done, bundle,
     assert len(caption_logs) == 6 and all(caption_count(p) > 0 for p in caption_logs)
 
 
+def test_a_second_job_on_the_same_out_is_refused_while_the_first_runs(done, bundle, fleet):
+    from edgecap.io import WorkDir
+
+    out, _, _ = done
+    running = WorkDir(Layout(out).job_file, "--out", exclusive=True)  # what a running job holds
+    try:
+        with pytest.raises(EdgecapError, match=r"fleet.json is being written by another process \(pid "):
+            run_fleet(_options(bundle, fleet, out), out=io.StringIO())
+    finally:
+        running.close()
+
+
 def test_a_run_with_other_settings_is_refused_before_any_work(done, bundle, fleet):
     out, _, _ = done
     with pytest.raises(EdgecapError, match=r"holds a job made with beam = 2; this run has 1"):

@@ -159,11 +159,9 @@ def _quiet_ray_data(ray) -> None:
 def run_fleet(options: FleetOptions, out=None) -> dict:
     """Caption the logs of `options` into --out; -> the summary (also OUT/summary.json)."""
     from edgecap import __version__
-    from edgecap.io import write_json_atomic
+    from edgecap.io import WorkDir
 
-    from .outputs import finished
     from .plan import JobSettings, Layout, discover, open_out
-    from .report import FleetReport, Progress, summary_lines
 
     out = out or sys.stdout
     if options.address and (options.num_cpus is not None or options.object_store_mb is not None):
@@ -178,6 +176,22 @@ def run_fleet(options: FleetOptions, out=None) -> dict:
                            None if options.categories is None else str(Path(options.categories).resolve()),
                            options.area, options.coverage, __version__)
     open_out(layout, settings)
+    # one job per --out at a time: a second one is refused, naming the first (edgecap.io's claim)
+    claim = WorkDir(layout.job_file, "--out", exclusive=True)
+    try:
+        return _run_claimed(options, manifest, sha256, layout, logs, settings, out)
+    finally:
+        claim.close()
+
+
+def _run_claimed(options, manifest, sha256, layout, logs, settings, out) -> dict:
+    from edgecap import __version__
+    from edgecap.io import write_json_atomic
+
+    from .outputs import finished, remove_orphans_under
+    from .report import FleetReport, Progress, summary_lines
+
+    remove_orphans_under(layout.root)
     pending = {unit: log for unit, log in enumerate(logs) if not finished(layout, log, settings)}
     report = FleetReport(total=len(logs), pending=len(pending))
     resources = actor_resources(manifest, options)

@@ -228,3 +228,18 @@ def caption_count(path: Path) -> int | None:
         return None
     ids = [c.id for c in summary.channels.values() if c.topic == CAPTION_TOPIC]
     return sum(summary.statistics.channel_message_counts.get(i, 0) for i in ids)
+
+
+def remove_orphans_under(root: Path) -> list[Path]:
+    """Remove the work directories a killed job left under `root` (edgecap.io's rule: only those
+    whose writer is dead). A job killed between renaming a file into place and removing its work
+    directory leaves one beside a finished file, which no later write of that file would clear."""
+    from edgecap.io import WORK_SUFFIX, remove_orphans
+
+    removed = []
+    for work in sorted(root.rglob(f".*{WORK_SUFFIX}")):
+        if work.is_dir() and work.parent.exists():
+            # .<target name>.<random>.edgecap-tmp
+            removed += remove_orphans(work.parent / work.name[1:].removesuffix(WORK_SUFFIX).rsplit(".", 1)[0])
+    return removed
+
