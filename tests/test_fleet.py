@@ -157,16 +157,12 @@ def test_the_dataset_reads_with_pyarrow_and_has_the_documented_columns(done):
     assert all(r["header_stamp_ns"] is None for r in snap)
 
 
-def _run(bundle, source, tmp_path, name, **settings):
-    """`edgecap run --replay fast` in-process: (records, caption log path)."""
-    from edgecap.runtime.captioner import Captioner
-    from edgecap.runtime.command import RunSettings, execute
-
-    jsonl, mcap = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.mcap"
-    summary, error = execute(Captioner.from_bundle(bundle), RunSettings(
-        source=str(source), pace="every", jsonl=str(jsonl), out_mcap=str(mcap), quiet=True, **settings),
-        out=io.StringIO())
-    assert error is None
+def _run(run_cli, bundle, source, tmp_path, *flags):
+    """`edgecap run --replay fast` (the command line, in-process): (records, caption log path)."""
+    jsonl, mcap = tmp_path / "run.jsonl", tmp_path / "run.mcap"
+    code, _, stderr = run_cli("run", bundle, "--source", source, "--replay", "fast", "--jsonl", jsonl,
+                              "--out-mcap", mcap, "--quiet", *flags)
+    assert code == 0, stderr
     return [json.loads(line) for line in jsonl.read_text().splitlines()], mcap
 
 
@@ -185,12 +181,12 @@ def _caption_log(path):
     ("robot1/run_sqlite", "/camera/image_raw"), ("robot1/run_two_cameras", "/front/image_raw"),
     ("robot1/run_two_cameras", "/rear/image_raw"), ("robot1/compressed.mcap", "/camera/image/compressed"),
     ("robot1/noetic.bag", "/camera/image_raw"), ("snapshots", None)])
-def test_captions_and_caption_logs_are_those_of_edgecap_run(done, bundle, fleet, tmp_path, key, topic):
+def test_captions_and_caption_logs_are_those_of_edgecap_run(done, bundle, fleet, tmp_path, run_cli, key, topic):
     out, _, _ = done
-    settings = {"topic": topic} if topic else {}
+    flags = ["--topic", topic] if topic else []
     if key == "robot1/noetic.bag":
-        settings["detections"] = str(fleet / "detections" / "robot1" / "noetic.jsonl")
-    records, mcap = _run(bundle, fleet / key, tmp_path, "run", **settings)
+        flags += ["--detections", fleet / "detections" / "robot1" / "noetic.jsonl"]
+    records, mcap = _run(run_cli, bundle, fleet / key, tmp_path, *flags)
     rows = [r for r in _dataset(out).to_pylist() if r["log_key"] == key and r["topic"] == topic]
     assert [(r["frame_index"], r["caption"], r["tokens"]) for r in rows] == \
         [(r["frame_id"], r["caption"], r["tokens"]) for r in records]
