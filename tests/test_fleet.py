@@ -348,6 +348,8 @@ def test_a_folder_is_one_recording_or_a_folder_of_logs(tmp_path):
     assert [(log.key, log.kind) for log in found] == [
         ("fleet/robot1/bag", "log"), ("fleet/robot2/clip.mp4", "video"), ("fleet/robot2/evening.bag", "log"),
         ("fleet/robot2/morning.mcap", "log")]
+    twice = discover([str(fleet / "robot2"), str(fleet / "robot2" / "evening.bag")], tmp_path / "out")
+    assert [log.key for log in twice] == ["robot2/clip.mp4", "robot2/evening.bag", "robot2/morning.mcap"]
     with pytest.raises(EdgecapError, match="would both be named 'morning.mcap'"):
         other = tmp_path / "other"
         other.mkdir()

@@ -80,13 +80,14 @@ def discover(arguments: list[str], out: Path) -> list[LogInput]:
                                    f"directories) or videos ({', '.join(VIDEO_SUFFIXES)}) in it")
             found += inside
     keys: dict[str, str] = {}
+    unique: dict[str, LogInput] = {}
     for log in found:
         if log.key in keys and keys[log.key] != log.path:
             raise EdgecapError(f"LOGS: {keys[log.key]} and {log.path} would both be named {log.key!r} in --out; "
                                "give their parent folders instead, so their names differ")
         keys[log.key] = log.path
-    unique = {log.key: log for log in found}
-    return [unique[k] for k in sorted(unique)]
+        unique.setdefault(log.path, log)  # a log named twice (directly and in its folder) once, by its first name
+    return sorted(unique.values(), key=lambda log: log.key)
 
 
 def _file_kind(path: Path) -> str | None:
