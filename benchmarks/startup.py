@@ -160,9 +160,9 @@ def stages_main(bundle: str, source: str, coverage: str) -> int:
     stamps = {"start": time.monotonic()}
     if coverage in ("robot", "background"):
         sys.modules["torch"] = None
+    from edgecap.contract.manifest import load_manifest
     from edgecap.runtime import command  # noqa: F401  (what `edgecap run` imports first)
     from edgecap.runtime.captioner import Captioner
-    from edgecap.runtime.manifest import load_manifest
     from edgecap.runtime.scoring import CoverageAnnotator
     from edgecap.runtime.sources import make_source
     stamps["imports"] = time.monotonic()

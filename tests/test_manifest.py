@@ -41,7 +41,7 @@ def test_valid_bundle_loads_with_its_fields(bundle_dir):
     assert (b.batch_size, b.beam_size, b.max_len) == (BATCH, BEAM, 8)
     assert b.itos[b.bos_id] == "<bos>" and b.itos[b.eos_id] == "<eos>" and b.pad_id == 0
     assert not b.has_visual and b.preprocessing == {}
-    assert b.manifest.model["family"] == "updown"
+    assert b.manifest.model.family == "updown"
 
 
 def test_tampered_file_is_refused_by_sha256(copy):
@@ -77,6 +77,17 @@ def test_wrong_format_version_is_refused(copy, version, hint):
     (lambda d: d.update(format="something-else"), r"not an edgecap bundle"),
     (lambda d: d["graphs"][0].update(engine="tensorrt"), r"graphs\[0\]\.tensorrt: missing"),
     (lambda d: d.update(input="images"), r"preprocessing: missing"),
+    # the records are typed to the leaf: model, parity, checks, versions, retrieval, frontend
+    (lambda d: d["model"].pop("family"), r"\.model\.family: missing"),
+    (lambda d: d["model"].update(parameters="many"), r"\.model\.parameters: expected an integer, got str"),
+    (lambda d: d["parity"]["onnxruntime"].update(passed="yes"), r"\.parity\.onnxruntime\.passed: expected true/false"),
+    (lambda d: d["parity"]["onnxruntime"]["max_abs_delta"].update(encoder="small"),
+     r"\.parity\.onnxruntime\.max_abs_delta\.encoder: expected a number"),
+    (lambda d: d["checks"]["encoder.onnx"].update(problems="none"), r"\.checks\.encoder\.onnx\.problems: expected a list"),
+    (lambda d: d["versions"].update(python=3.11), r"\.versions\.python: expected a string, got float"),
+    (lambda d: d.update(frontend={"kind": "torchvision", "backbone": "resnet50"}), r"\.frontend\.weights: missing"),
+    (lambda d: d.update(retrieval={"index": "/etc/index.faiss", "tokens": "t.npy", "k": 3, "length": 5, "dim": 24,
+                                   "pad_id": 0, "sha256": {}}), r"\.retrieval\.index: '/etc/index.faiss' is not a path inside"),
 ])
 def test_malformed_manifest_names_the_field(copy, edit, field):
     _edit(copy, edit)

@@ -247,7 +247,9 @@ def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_pa
     fake_trt = types.ModuleType("tensorrt")  # importable, a supported release, never called
     fake_trt.__version__ = "10.3.0"
     monkeypatch.setitem(sys.modules, "tensorrt", fake_trt)
-    monkeypatch.setattr(rebuild, "compare_engines", lambda *a: {"passed": True, "beam_identical": 1.0})
+    monkeypatch.setattr(rebuild, "compare_engines", lambda *a: {  # the report's shape, as compare_engines writes it
+        "precision": "fp32", "inputs": "random inputs (engines vs the bundle's onnxruntime graphs)", "samples": 2,
+        "beam_identical": 1.0, "encoder_max_abs_delta": 0.0, "passed": True})
     rebuilt = tmp_path / "rebuilt"
     rebuild.rebuild_engines(tmp_path / "bundle", resolve_settings({"engine": "trt", "out": str(rebuilt)}))
     assert (rebuilt / "retrieval" / "memory_tokens.npy").is_file()

@@ -130,7 +130,7 @@ def test_trt_export_builds_engines_and_passes_parity(tmp_path):
     engines = [g for g in m.graphs if g.engine == "tensorrt"]
     assert sorted(g.role for g in engines) == ["decoder_step", "encoder"]
     assert all(g.tensorrt.version and g.tensorrt.compute_capability and g.source.endswith(".onnx") for g in engines)
-    assert m.parity["tensorrt"]["passed"] and cache.is_file()
+    assert m.parity["tensorrt"].passed and cache.is_file()
     b = Bundle.load(result.path)
     assert b.engine == "tensorrt"
     feats = np.zeros((b.batch_size, 6, 24), np.float32)
@@ -142,7 +142,7 @@ def test_trt_export_builds_engines_and_passes_parity(tmp_path):
 def test_trt_reduced_precision_reports_parity(tmp_path, precision):
     ckpt = save_tiny(tmp_path / "smart.pt", "smart")
     result = export(ckpt, tmp_path / "trt", engine="trt", precision=precision)
-    assert result.parity["tensorrt"]["precision"] == precision
+    assert result.parity["tensorrt"].precision == precision
 
 
 @needs_trt
@@ -156,5 +156,5 @@ def test_trt_fp16_builds_a_vit_visual_graph_with_fp32_layer_norms(tmp_path):
     visual = result.manifest.graph("visual", "tensorrt")
     assert visual.tensorrt.fp32_layers == 2 * 24 + 2  # ln_1 / ln_2 per block, ln_pre, ln_post
     report = result.parity["tensorrt"]
-    assert report["max_abs_delta"]["visual"] < 0.05 * max(1.0, report["feature_scale"])
-    assert "visual_beam_identical" in report
+    assert report.max_abs_delta["visual"] < 0.05 * max(1.0, report.feature_scale)
+    assert report.visual_beam_identical is not None

@@ -15,13 +15,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgecap.contract.manifest import (
     FORMAT_VERSION,
     DecodingDefaults,
     DecodingState,
+    GraphCheck,
     GraphEntry,
     Manifest,
+    ModelInfo,
+    ParityReport,
+    RetrievalAssets,
+    Versions,
     Vocabulary,
 )
 from edgecap.errors import EdgecapError, require
@@ -29,6 +35,13 @@ from edgecap.export.formats import ExportSettings
 from edgecap.export.rebuild import rebuild_engines
 from edgecap.export.result import ExportResult
 from edgecap.io import BUNDLE, atomic_dir, check_replaceable, probe_writable, sha256_file
+
+if TYPE_CHECKING:  # the types of ExportState's fields (imported where the steps use them)
+    from tqdm import tqdm
+
+    from edgecap.export.specs import ExportSpec, GraphSpec
+    from edgecap.export.verify import ParityInputs
+    from edgecap.models.checkpoint import Checkpoint
 
 __all__ = ["ExportResult", "check_writable", "default_out", "export_bundle", "versions"]
 
@@ -48,7 +61,7 @@ def default_out(checkpoint: Path, s: ExportSettings) -> Path:
     return checkpoint.with_name(f"{checkpoint.stem}-{s.engine}-{s.precision}-b{s.batch}k{s.beam}")
 
 
-def versions() -> dict:
+def versions() -> Versions:
     import importlib.metadata as md
 
     out = {"python": platform.python_version()}
@@ -57,7 +70,7 @@ def versions() -> dict:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
             continue
-    return out
+    return Versions(**out)
 
 
 def _progress(total: int, enabled: bool):
@@ -66,13 +79,14 @@ def _progress(total: int, enabled: bool):
     return progress_bar(total=total, desc="export", unit="step", leave=False, quiet=not enabled)
 
 
-def _check(path: Path, checks: dict, trt: bool, ranges: dict | None = None, run_polygraphy: bool = False) -> None:
+def _check(path: Path, checks: dict[str, GraphCheck], trt: bool, ranges: dict | None = None,
+           run_polygraphy: bool = False) -> None:
     """Record in the manifest's `checks` what TensorRT would make of the graph at `path`; when
     building engines, refuse a graph it cannot build."""
     from edgecap.export import compat
 
     report = compat.check_file(path, ranges, run_polygraphy=run_polygraphy)
-    checks[path.name] = {"tensorrt_compatible": report.ok, "problems": report.problems}
+    checks[path.name] = GraphCheck(report.ok, list(report.problems))
     if trt:
         compat.require_compatible([report])
 
@@ -83,14 +97,14 @@ class ExportState:
 
     checkpoint: Path
     settings: ExportSettings
-    ckpt: object       # edgecap.models.checkpoint.Checkpoint
-    spec: object       # edgecap.export.specs.ExportSpec
-    inputs: object     # edgecap.export.verify.ParityInputs
-    graphs: list       # the spec's graphs (made once: tracing them draws random inputs)
-    tmp: Path          # the work directory, renamed onto the bundle when every step passed
-    bar: object
+    ckpt: Checkpoint
+    spec: ExportSpec
+    inputs: ParityInputs
+    graphs: list[GraphSpec]  # the spec's graphs (made once: tracing them draws random inputs)
+    tmp: Path  # the work directory, renamed onto the bundle when every step passed
+    bar: tqdm  # the export's progress (quiet: tqdm's no-op mode)
     manifest: Manifest | None = None
-    checks: dict = field(default_factory=dict)
+    checks: dict[str, GraphCheck] = field(default_factory=dict)
     feeds: dict | None = None  # calibration inputs per graph role, recorded from the fp32 bundle
     front_int8: dict | None = None  # the static-int8 front end's record (edgecap.export.front_int8)
 
@@ -184,8 +198,8 @@ def _new_manifest(s: ExportState, infos: dict) -> Manifest:
     manifest = Manifest(
         format_version=FORMAT_VERSION,
         created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        model={"name": cfg.name, "family": cfg.family, "decoder": cfg.decoder, "config": cfg.to_dict(),
-               "parameters": s.ckpt.model.num_parameters(), "checkpoint": s.checkpoint.name},
+        model=ModelInfo(cfg.name, cfg.family, cfg.decoder, cfg.to_dict(), s.ckpt.model.num_parameters(),
+                        s.checkpoint.name),
         input="images" if s.spec.takes_images else "features",
         batch_size=settings.batch, beam_size=settings.beam, max_len=cfg.max_len,
         vocab=Vocabulary(list(vocab.itos), vocab.pad_id, vocab.bos_id, vocab.eos_id, vocab.unk_id),
@@ -201,8 +215,8 @@ def _new_manifest(s: ExportState, infos: dict) -> Manifest:
     )
     retrieval = s.spec.assets(s.tmp, vocab)
     if retrieval:
-        manifest.retrieval = {**retrieval, "sha256": {retrieval[k]: sha256_file(s.tmp / retrieval[k])
-                                                      for k in ("index", "tokens")}}
+        hashes = {retrieval[k]: sha256_file(s.tmp / retrieval[k]) for k in ("index", "tokens")}
+        manifest.retrieval = RetrievalAssets.from_dict({**retrieval, "sha256": hashes}, "retrieval assets")
     return manifest
 
 
@@ -284,7 +298,7 @@ def _gate_parity(s: ExportState) -> None:
     s.manifest.parity = parity
 
 
-def _engine_parity(s: ExportState, engine: str) -> dict:
+def _engine_parity(s: ExportState, engine: str) -> ParityReport:
     from edgecap.export.verify import parity_gate, require_parity
     from edgecap.runtime.session import Bundle
 
@@ -296,7 +310,7 @@ def _engine_parity(s: ExportState, engine: str) -> dict:
     if s.front_int8 is not None and engine == "onnxruntime":
         report["front_end_int8"] = s.front_int8
     require_parity(report)
-    return report
+    return ParityReport.from_dict(report, f"parity report of {engine}")
 
 
 def _steps(s: ExportState) -> tuple:

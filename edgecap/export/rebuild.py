@@ -15,7 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.contract.beam import DecodeOptions
-from edgecap.contract.manifest import MANIFEST_NAME, GraphEntry, Manifest, load_manifest
+from edgecap.contract.manifest import (
+    MANIFEST_NAME,
+    GraphEntry,
+    Manifest,
+    ParityReport,
+    load_manifest,
+)
 from edgecap.errors import EdgecapError
 from edgecap.export import compat
 from edgecap.export.result import ExportResult
@@ -141,7 +147,7 @@ def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
         if not report["passed"]:
             raise EdgecapError(f"rebuilt fp32 engines caption differently from the ONNX graphs "
                                f"({report['beam_identical']:.0%} identical); bundle left unchanged")
-        rebuilt.parity = {**manifest.parity, "tensorrt": report}
+        rebuilt.parity = {**manifest.parity, "tensorrt": ParityReport.from_dict(report, "rebuilt engines' parity")}
         rebuilt.write(tmp)
     return ExportResult(out, rebuilt)
 

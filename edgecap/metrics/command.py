@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from edgecap.argtypes import FRACTION, processes
-from edgecap.data.acvr import AREAS
+from edgecap.contract.objects import AREAS
 from edgecap.errors import EdgecapError
 from edgecap.progress import progress_bar
 

@@ -1,6 +1,6 @@
 """Model checkpoints: config + vocabulary + weights (with PMA prototypes) in one file.
 
-    {"format": "edgecap-checkpoint", "format_version": 2, "config": asdict(cfg),
+    {"format": "edgecap-checkpoint", "format_version": 2, "config": cfg.to_dict(),
      "vocab": {"itos": [...], "specials": {...}}, "state_dict": {...}, "meta": {...}}
 
 Written atomically (temp file, then rename). Loading uses `torch.load(weights_only=True)`, so
@@ -24,8 +24,8 @@ from edgecap.errors import EdgecapError
 from edgecap.io import atomic_path
 from edgecap.models.captioner import CaptionModel
 from edgecap.models.config import CaptionerConfig
-from edgecap.models.core import decoder_positions
 from edgecap.models.factory import build_from_config
+from edgecap.models.registry import DECODERS
 
 FORMAT = "edgecap-checkpoint"
 FORMAT_VERSION = 2
@@ -140,11 +140,10 @@ def read_payload(path: str | os.PathLike) -> dict:
 
 def _add_v1_positions(payload: dict, path) -> None:
     """Version 1 never stored the decoder position table: every Transformer decoder then used
-    the sinusoid, rebuilt on load. Put that table in, so v1 files load as they always did."""
+    the sinusoid, rebuilt on load. The decoder puts that table in, so v1 files load as they
+    always did."""
     cfg = CaptionerConfig.from_dict(payload["config"], where=f"checkpoint {path}: config")
-    state = payload["state_dict"]
-    if cfg.decoder == "transformer" and "positions" not in state:
-        state["positions"] = decoder_positions(cfg)
+    DECODERS.get(cfg.decoder).upgrade_v1_state(cfg, payload["state_dict"])
 
 
 def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu") -> Checkpoint:

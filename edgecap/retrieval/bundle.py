@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgecap.contract.manifest import RetrievalAssets
 from edgecap.errors import EdgecapError
 from edgecap.retrieval.embedding import image_embeddings
 from edgecap.retrieval.index import EF_SEARCH, CaptionIndex, _faiss
@@ -52,20 +53,20 @@ class BundleRetriever:
         self.last_ms = 0.0  # time of the latest retrieval (embedding + search + gather)
 
     @classmethod
-    def load(cls, root: str | Path, section: dict) -> BundleRetriever:
+    def load(cls, root: str | Path, assets: RetrievalAssets) -> BundleRetriever:
+        """The retriever of the bundle at `root`, from the files its manifest lists."""
         faiss = _faiss()
         root = Path(root)
-        index = faiss.read_index(str(root / section["index"]))
-        if section.get("kind") == "hnsw":
+        index = faiss.read_index(str(root / assets.index))
+        if assets.kind == "hnsw":
             index.hnsw.efSearch = EF_SEARCH
-        table = np.load(root / section["tokens"])
-        k, length = int(section["k"]), int(section["length"])
-        if index.ntotal != table.shape[0] or table.shape[1:] != (length,) or index.d != int(section["dim"]):
+        table = np.load(root / assets.tokens)
+        if index.ntotal != table.shape[0] or table.shape[1:] != (assets.length,) or index.d != assets.dim:
             raise EdgecapError(
                 f"bundle {root}: retrieval index ({index.ntotal} x {index.d}) and token table {table.shape} "
-                f"do not match the manifest (count {section.get('count')}, dim {section['dim']}, length {length})"
+                f"do not match the manifest (count {assets.count}, dim {assets.dim}, length {assets.length})"
             )
-        return cls(index, table, k, int(section["pad_id"]))
+        return cls(index, table, assets.k, assets.pad_id)
 
     def __call__(self, feats: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         start = time.perf_counter()

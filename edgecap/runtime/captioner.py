@@ -34,10 +34,6 @@ class Caption:
     beam: int = 1
     score: float = 0.0                     # summed log-probability of the caption
 
-    @property
-    def total_ms(self) -> float:
-        return float(sum(self.latency_ms.get(s, 0.0) for s in STAGES))
-
 
 class Captioner:
     """Captions BGR frames with a loaded bundle (`edgecap.runtime.session.Bundle`)."""

@@ -82,7 +82,7 @@ class Detections:
 
     def __init__(self, path: str | Path, area: str = "box", min_score: float = DEFAULT_MIN_SCORE,
                  categories=None, category_base: str = "auto"):
-        from edgecap.data.acvr import check_area
+        from edgecap.contract.objects import check_area
         from edgecap.data.coco_categories import COCO
 
         self.path = Path(path)

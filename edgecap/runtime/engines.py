@@ -122,40 +122,49 @@ def check_graph_io(session, entry: GraphEntry, path: Path) -> None:
                                 f"the file does not belong to this bundle")
 
 
+def open_session(path: Path, providers: list | None, threads: int = 0, spin: bool = True):
+    """An onnxruntime session with edgecap's settings, for a bundle's graphs and for a detector
+    beside them (runtime/detector.py), so both share one providers / threads / spin choice.
+
+    providers: None picks the best installed (falling back, and saying so once); named ones
+    must all start. threads: intra-op threads (0: onnxruntime's default, one per physical
+    core). spin: whether idle intra-op threads busy-wait for the next op of a run
+    (onnxruntime's default) or sleep, leaving their cores to the robot's other processes;
+    either way they sleep once the run returns."""
+    import onnxruntime as ort
+
+    explicit = providers is not None
+    providers = check_providers(list(providers)) if explicit else default_providers()
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    # Spin between the ops of a run, never after it. A bundle runs its graphs in turn (visual,
+    # encoder, then the step twenty times); a session's threads left spinning after its run
+    # took the cores from the next graph's: on 2 cores a batch-1 beam-3 decode took 83 ms after
+    # the visual and encoder graphs instead of 36 (benchmarks/README.md, "Spinning after a run").
+    options.add_session_config_entry("session.force_spinning_stop", "1")
+    try:
+        session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    except Exception as exc:  # onnxruntime raises its own exception types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EdgecapError(f"onnxruntime cannot load {path}: {first[:200]}") from exc
+    dropped = [provider_name(p) for p in providers if provider_name(p) not in session.get_providers()]
+    if dropped and explicit:
+        raise EdgecapError(f"onnxruntime could not start {', '.join(dropped)} for {path.name} "
+                           f"(installed, but no usable device or driver?); it would run on "
+                           f"{', '.join(session.get_providers())}, which was not asked for")
+    if dropped:
+        _say_once(f"onnxruntime could not start {', '.join(dropped)}; running on "
+                  f"{', '.join(session.get_providers())}")
+    return session
+
+
 class OrtGraph:
     def __init__(self, path: Path, entry: GraphEntry, providers: list | None, threads: int = 0,
                  spin: bool = True):
-        """providers: None picks the best installed (falling back, and saying so once);
-        named ones must all start. threads: intra-op threads (0: onnxruntime's default, one
-        per physical core). spin: whether idle intra-op threads busy-wait for the next op of a
-        run (onnxruntime's default) or sleep, leaving their cores to the robot's other
-        processes; either way they sleep once the run returns."""
-        import onnxruntime as ort
-
-        explicit = providers is not None
-        providers = check_providers(list(providers)) if explicit else default_providers()
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        # Spin between the ops of a run, never after it. A bundle runs its graphs in turn (visual,
-        # encoder, then the step twenty times); a session's threads left spinning after its run
-        # took the cores from the next graph's: on 2 cores a batch-1 beam-3 decode took 83 ms after
-        # the visual and encoder graphs instead of 36 (benchmarks/README.md, "Spinning after a run").
-        options.add_session_config_entry("session.force_spinning_stop", "1")
-        try:
-            self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
-        except Exception as exc:  # onnxruntime raises its own exception types
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise EdgecapError(f"onnxruntime cannot load {path}: {first[:200]}") from exc
-        dropped = [provider_name(p) for p in providers if provider_name(p) not in self.session.get_providers()]
-        if dropped and explicit:
-            raise EdgecapError(f"onnxruntime could not start {', '.join(dropped)} for {path.name} "
-                               f"(installed, but no usable device or driver?); it would run on "
-                               f"{', '.join(self.session.get_providers())}, which was not asked for")
-        if dropped:
-            _say_once(f"onnxruntime could not start {', '.join(dropped)}; running on "
-                      f"{', '.join(self.session.get_providers())}")
+        """One bundle graph in an `open_session` session (its providers / threads / spin)."""
+        self.session = open_session(path, providers, threads=threads, spin=spin)
         check_graph_io(self.session, entry, path)
         self.entry = entry
         self.output_names = [t.name for t in entry.outputs]

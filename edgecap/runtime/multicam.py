@@ -61,8 +61,12 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     beam = captioner.check_beam(settings.beam) if settings.beam is not None else captioner.beam
     built = [make_source(s, fps=settings.source_fps, topic=settings.topic, area=settings.area)
              for s in sources]
-    knows_objects = any(isinstance(s, (ACVRSource, SynthSource)) for s in built)
+    from .detector import DetectorHook, coverage_vocabulary, open_detector
+
+    detector = open_detector(settings)  # every camera's frame of a round in one detector batch
+    knows_objects = detector is not None or any(isinstance(s, (ACVRSource, SynthSource)) for s in built)
     coverage = CoverageAnnotator(settings.coverage and knows_objects, log=lambda m: print(m, file=out, flush=True),
+                                 vocabulary=None if detector is None else coverage_vocabulary(detector),
                                  background=coverage_in_background(settings, built))
     names = [masked(s) for s in sources]  # a URL's password masked
     summary = Summary(", ".join(names), coverage_area=settings.area, cameras=[])
@@ -77,6 +81,8 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     with contextlib.ExitStack() as closing:
         closing.callback(coverage.close)  # last out: a background scorer load finishes first
         captioner.warm_up()  # before any camera opens: its driver would queue stale frames
+        if detector is not None:
+            detector.warm_up()
         coverage.warm_up()
         for index, source in enumerate(built):
             source.open()  # SourceOpenError: one line, exit 1; the cameras opened so far are closed
@@ -100,11 +106,14 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
                 camera.grabber.start()
             try:
                 run_cameras(captioner, cameras, summary, record_sinks, options, stop, fresh,
+                            annotate_objects=None if detector is None else DetectorHook(detector),
                             coverage=coverage, beam=beam, log=_log)
             except KeyboardInterrupt:  # a second signal: stop now, still summarise
                 interrupt_delivered()
                 summary.stopped_by = "signal"
         summary.coverage_unscored = coverage.unscored
+        if detector is not None:
+            summary.detector = detector.report()
     print(summary.human(), file=out, flush=True)
     if settings.jsonl:
         write_json_atomic(summary_path(settings.jsonl), summary.to_json())

@@ -3,7 +3,7 @@
 One record per captioned frame:
 
     {"frame_id", "image_id"?, "source", "t_capture", "wall_time", "caption", "tokens", "beam",
-     "latency_ms": {"preprocess", "visual", "encoder", "decode"}, "capture_to_caption_ms",
+     "latency_ms": {"preprocess", "visual", "encoder", "decode", "detector"?}, "capture_to_caption_ms",
      "header_stamp_ns"?, "log_time_ns"?, "header_frame_id"? (robot logs),
      "objects"?: [{"class", "box", "area", "box_area", "pixel_area"?}],
      "coverage"?: {">1%": .., ">3%": .., ">5%": .., ">10%": ..}, "mentioned"?}
@@ -25,12 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgecap import __version__
-from edgecap.contract.runlog import (
-    RUN_END,
-    RUN_START,
-    read_runs,  # noqa: F401 (still importable from here)
-    summary_path,
-)
+from edgecap.contract.runlog import RUN_END, RUN_START, summary_path
 
 from .camera import Frame, GrabberStats
 from .captioner import STAGES, Caption
@@ -73,7 +68,8 @@ class Record:
             "caption": c.text,
             "tokens": list(c.tokens),
             "beam": c.beam,
-            "latency_ms": {s: round(c.latency_ms.get(s, 0.0), 3) for s in STAGES},
+            # the caption's stages, then any stage beside it (a --detector's "detector")
+            "latency_ms": {s: round(c.latency_ms.get(s, 0.0), 3) for s in (*STAGES, *sorted(set(c.latency_ms) - set(STAGES)))},
             "capture_to_caption_ms": round(self.capture_to_caption_ms, 3),
         })
         if f.stamp is not None:
@@ -199,6 +195,7 @@ class Summary:
     beam_changes: int = 0
     coverage_area: str = "box"                    # what an object's area is (--area)
     detections: dict | None = None                # the --detections file's ids, matched or not
+    detector: dict | None = None                  # the --detector that gave the objects
     cameras: list[Summary] | None = None          # several sources: each camera's own summary
     camera: int | None = None                     # a camera's own summary: its --source position
     stalls: int = 0                               # times a camera published nothing for a while
@@ -247,6 +244,7 @@ class Summary:
             "coverage_rule": coverage_rule(self.coverage_area),
             **({"coverage_unscored": self.coverage_unscored} if self.coverage_unscored else {}),
             **({"detections": self.detections} if self.detections is not None else {}),
+            **({"detector": self.detector} if self.detector is not None else {}),
             **({"stalls": self.stalls} if self.camera is not None else {}),
             **({"rounds": self.rounds, "cameras": [c.to_json() for c in self.cameras]}
                if self.cameras is not None else {}),

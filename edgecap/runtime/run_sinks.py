@@ -11,14 +11,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .records import Summary
+from .sources import Source
+
 
 @dataclass
 class RunContext:
     """What a sink may need of the run besides its settings."""
 
-    summary: object                 # records.Summary: the run's, written at the end of --append runs
+    summary: Summary                # the run's, written at the end of --append runs
     stop: threading.Event           # set to end the run (a closed window)
-    source: object = None           # the one source; None for several cameras (their sinks follow one)
+    source: Source | None = None    # the one source; None for several cameras (their sinks follow one)
 
 
 class SinkRow(NamedTuple):

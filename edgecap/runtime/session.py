@@ -74,7 +74,7 @@ class BundleStepper:
         self.token = np.zeros(images * per_image, np.int64)
         self.step = np.zeros((), np.int64)
         # the exporter drops inputs a graph never reads (an LSTM's step); those get no buffer
-        self.cross_names = state.cross_names
+        self.cross_names = state.cross_graph_names
         self.cross = {n: np.zeros(ins[n].shape, np.dtype(ins[n].dtype)) for n in self.cross_names if n in ins}
         bound: dict[str, np.ndarray] = {}
         members: dict[tuple, list[tuple[str, str]]] = {}

@@ -123,7 +123,7 @@ def run(args) -> int:
     from edgecap.io import write_json_atomic
     from edgecap.models.checkpoint import load_checkpoint
     from edgecap.runtime.sources import BadFrame, read_image
-    from edgecap.train.captioning import caption_batch, retrieval_for
+    from edgecap.train.captioning import caption_batch, extra_inputs_for
 
     check_checkpoint_path(Path(args.checkpoint))
     out = Path(args.json) if args.json else None
@@ -147,9 +147,9 @@ def run(args) -> int:
     if args.beam > ckpt.config.vocab_size:
         raise EdgecapError(f"--beam {args.beam}: expected 1..{ckpt.config.vocab_size} (the model's vocabulary)")
     options = DecodeOptions(beam_size=args.beam, max_len=max_len, length_penalty=args.length_penalty)
-    retrieval = retrieval_for(ckpt)
+    extra_inputs = extra_inputs_for(ckpt)
     if args.split is not None:
-        return caption_split(args, ckpt, options, retrieval, out)
+        return caption_split(args, ckpt, options, extra_inputs, out)
     if not getattr(model.visual, "takes_images", False):
         ck = shlex.quote(str(args.checkpoint))
         raise EdgecapError(
@@ -170,7 +170,7 @@ def run(args) -> int:
                     raise EdgecapError(f"cannot read image {exc}"
                                        + (f"; nothing written to {out}" if out else "")) from None
                 arrays.append(preprocess_as(image, vc.preprocessing()))
-            captions = caption_batch(ckpt, torch.from_numpy(np.stack(arrays)).to(args.device), options, retrieval)
+            captions = caption_batch(ckpt, torch.from_numpy(np.stack(arrays)).to(args.device), options, extra_inputs)
             for path, caption in zip(chunk, captions, strict=True):
                 results.append((path, caption))
                 if not args.quiet:
@@ -200,7 +200,7 @@ def split_data(args, ckpt) -> tuple[Path, Path | None, Path | None]:
     return karpathy, found.images if found else None, features
 
 
-def caption_split(args, ckpt, options, retrieval, out: Path | None) -> int:
+def caption_split(args, ckpt, options, extra_inputs, out: Path | None) -> int:
     """--split: every image of a Karpathy split, from features or images, into COCO results."""
     from edgecap.data.karpathy import load_karpathy
     from edgecap.errors import EdgecapError
@@ -242,7 +242,7 @@ def caption_split(args, ckpt, options, retrieval, out: Path | None) -> int:
         bar.update(len(chunk))
 
     with bar:
-        captions = caption_images(ckpt.model, ckpt.vocab, source, items, options, args.batch, args.device, retrieval, show)
+        captions = caption_images(ckpt.model, ckpt.vocab, source, items, options, args.batch, args.device, extra_inputs, show)
     print(f"{args.split} split: {len(items)} images, beam {options.beam_size}; CIDEr-D {ciderd(items, captions):.4f} "
           f"against the Karpathy tokens (the COCO evaluation's numbers: edgecap eval coco)")
     if out is not None:

@@ -64,7 +64,7 @@ def feature_similarity(trainer) -> float | None:
 def xe_steps(trainer) -> int:
     from edgecap.data.datasets import EpochBatchSampler
 
-    sampler = EpochBatchSampler(len(trainer.train_set), trainer._batch_size("xe"), rank=trainer.rank,
+    sampler = EpochBatchSampler(len(trainer.train_set), trainer.cfg.batch_size("xe"), rank=trainer.rank,
                                 world=trainer.world)
     return trainer.cfg.schedule.epochs * sampler.batches_per_epoch()
 
@@ -124,13 +124,13 @@ def summary_block(trainer) -> list[str]:
              f"{mc.max_len} tokens",
              f"  visual: {mc.visual.kind}{f' {mc.visual.backbone}' if mc.visual.backbone else ''} -> "
              f"{mc.n_regions} regions x {mc.d_in}"]
-    for phase in trainer.phases():
-        sampler = EpochBatchSampler(len(trainer.train_set), trainer._batch_size(phase), rank=trainer.rank,
+    for phase in trainer.cfg.phases():
+        sampler = EpochBatchSampler(len(trainer.train_set), trainer.cfg.batch_size(phase), rank=trainer.rank,
                                     world=trainer.world)
-        epochs, patience = trainer._phase_epochs(phase), trainer._patience(phase)
+        epochs, patience = trainer.cfg.phase_epochs(phase), trainer.cfg.patience(phase)
         until = f"until {patience} epochs without a better validation (at most {epochs})" if patience else \
             f"{epochs} epoch{'s' if epochs != 1 else ''}"
-        lines.append(f"  {phase}: {sampler.batches_per_epoch()} steps per epoch of {trainer._batch_size(phase)} "
+        lines.append(f"  {phase}: {sampler.batches_per_epoch()} steps per epoch of {trainer.cfg.batch_size(phase)} "
                      f"images per process, {until}")
     lines.append(f"  validation: {len(trainer.val_images)} images, beam {cfg.run.val_beam}, CIDEr-D selects best.pt")
     return lines
