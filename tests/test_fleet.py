@@ -4,6 +4,7 @@ mcap-ros2-support's own writers: captions equal to `edgecap run`'s, the Parquet 
 pyarrow, a damaged log and a damaged frame counted and named, a kill mid-job resumed, and the
 one-line refusals that come before any Ray work."""
 
+import contextlib
 import io
 import json
 import os
@@ -277,7 +278,8 @@ def test_a_job_killed_mid_way_is_resumed_for_exactly_the_missing_logs(cluster, b
         while proc.poll() is None and time.monotonic() < deadline and not any((out / "dataset" / "logs").glob("*.parquet")):
             time.sleep(0.02)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and anything it started, at once
+        with contextlib.suppress(ProcessLookupError):  # (gone already: its output says why, below)
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver and anything it started, at once
         output, _ = proc.communicate(timeout=60)
     layout = Layout(out)
     before = {p.stem for p in (out / "dataset" / "logs").glob("*.parquet")}

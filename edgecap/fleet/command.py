@@ -21,7 +21,7 @@ STORE_MB = Integer(80, 1 << 22)          # Ray refuses an object store under 75 
 
 
 def add_arguments(parser) -> None:
-    from edgecap.data.acvr import AREAS
+    from edgecap.contract.objects import AREAS
 
     parser.add_argument("bundle", help="an exported bundle directory (edgecap export), readable at this path on "
                                        "every node of the cluster")
