@@ -62,7 +62,8 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=COUNT, default=1, help="runs of each configuration (default 1)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fleet"),
                    help="results folder (default benchmarks/results/fleet)")
-    p.add_argument("--quick", action="store_true", help="2 logs of 12 frames, one repeat (a smoke test)")
+    p.add_argument("--quick", action="store_true",
+                   help="2 logs of 12 frames, one repeat, one run and one fleet configuration (a smoke test)")
     args = p.parse_args(argv)
     if args.quick:
         args.logs, args.frames, args.repeats = 2, 12, 1
@@ -153,11 +154,15 @@ def run_fleet(bundle: Path, logs: Path, actors: int, threads: int, workdir: Path
             "per_actor_busy": per_actor}
 
 
-def configurations(cores: int):
+def configurations(cores: int, quick: bool = False):
     """(name, kind, processes or actors, onnxruntime threads, spin, the run it is compared with).
     A caption actor's onnxruntime threads sleep when idle (no spin), so each fleet is compared with
     the `run` of the same processes, threads and spin; `run` as a robot runs it (all cores,
     spinning) is shown too."""
+    if quick:  # one of each kind: the script's plumbing, in one Ray start
+        yield "run, 1 thread", "run", 1, 1, False, None
+        yield "fleet 1 actor x 1 thread", "fleet", 1, 1, False, "run, 1 thread"
+        return
     yield "run", "run", 1, 0, True, None
     yield "run, 1 thread", "run", 1, 1, False, None
     yield f"run, {cores} threads, no spin", "run", 1, cores, False, None
@@ -180,7 +185,7 @@ def main(argv=None) -> int:
         logs = write_logs(tmp, args.logs, args.frames, args.size)
         print(f"{args.logs} logs x {args.frames} images of {args.size} px; bundle {bundle}", flush=True)
         for _ in range(args.repeats):  # rounds of every configuration: the machine's load drifts
-            for name, kind, actors, threads, spin, _against in configurations(cores):
+            for name, kind, actors, threads, spin, _against in configurations(cores, args.quick):
                 work = Path(tempfile.mkdtemp(dir=tmp))
                 load = os.getloadavg()[0]
                 result = run_single(bundle, logs, actors, threads, spin, work) if kind == "run" else \
@@ -189,7 +194,7 @@ def main(argv=None) -> int:
                 runs.setdefault(name, []).append(result)
                 shutil.rmtree(work)
                 print(f"  {name}: {result}", flush=True)
-        for name, kind, actors, threads, _spin, against in configurations(cores):
+        for name, kind, actors, threads, _spin, against in configurations(cores, args.quick):
             results = runs[name]
             ok = [r for r in results if r["status"] == "ok"]
             row = {"configuration": name, "kind": kind, "processes": actors, "threads": threads or "auto",
