@@ -90,8 +90,8 @@ def _camera(n, make=image_msg, shift=0):
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     """A robot's logs: rosbag2 SQLite3, rosbag2 MCAP with two cameras, a bare .mcap of
-    CompressedImage with one frame that does not decode, a ROS 1 .bag, a log that is not one,
-    and (given on its own) an image folder; with detections for one log."""
+    CompressedImage with one frame that does not decode, a ROS 1 .bag, a video, a log that is
+    not one, and (given on its own) an image folder; with detections for one log."""
     import cv2
 
     root = tmp_path_factory.mktemp("fleet")
@@ -105,6 +105,10 @@ def fleet(tmp_path_factory):
     write_mcap(logs / "compressed.mcap", {"/camera/image/compressed": (COMPRESSED, compressed)})
     _ros1_bag(logs / "noetic.bag", 5)
     (logs / "junk.mcap").write_bytes(b"\x89MCAP0\r\n" + b"\x00garbage" * 100)
+    video = cv2.VideoWriter(str(logs / "clip.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 10.0, (32, 24))
+    for _, _, image in frames(4):
+        video.write(image)
+    video.release()
     images = root / "snapshots"
     images.mkdir()
     for i, (_, _, image) in enumerate(frames(3)):
@@ -143,13 +147,14 @@ def test_the_dataset_reads_with_pyarrow_and_has_the_documented_columns(done):
     by_log = {}
     for row in rows:
         by_log.setdefault((row["log_key"], row["topic"]), []).append(row["frame_index"])
-    assert by_log == {("robot1/compressed.mcap", "/camera/image/compressed"): [0, 1, 3, 4, 5],
+    assert by_log == {("robot1/clip.mp4", None): [0, 1, 2, 3],
+                      ("robot1/compressed.mcap", "/camera/image/compressed"): [0, 1, 3, 4, 5],
                       ("robot1/noetic.bag", "/camera/image_raw"): [0, 1, 2, 3, 4],
                       ("robot1/run_sqlite", "/camera/image_raw"): list(range(7)),
                       ("robot1/run_two_cameras", "/front/image_raw"): list(range(6)),
                       ("robot1/run_two_cameras", "/rear/image_raw"): list(range(5)),
                       ("snapshots", None): [0, 1, 2]}
-    assert summary["images_captioned"] == len(rows) == 31
+    assert summary["images_captioned"] == len(rows) == 35
     assert {r["bundle_sha256"] for r in rows} == {summary["bundle_sha256"]}
     assert {r["edgecap_version"] for r in rows} == {summary["edgecap"]}
     assert all(r["caption"] and r["beam"] == 2 and r["beam_score"] < 0 for r in rows)
@@ -181,7 +186,7 @@ def _caption_log(path):
 @pytest.mark.parametrize("key, topic", [
     ("robot1/run_sqlite", "/camera/image_raw"), ("robot1/run_two_cameras", "/front/image_raw"),
     ("robot1/run_two_cameras", "/rear/image_raw"), ("robot1/compressed.mcap", "/camera/image/compressed"),
-    ("robot1/noetic.bag", "/camera/image_raw"), ("snapshots", None)])
+    ("robot1/noetic.bag", "/camera/image_raw"), ("robot1/clip.mp4", None), ("snapshots", None)])
 def test_captions_and_caption_logs_are_those_of_edgecap_run(done, bundle, fleet, tmp_path, run_cli, key, topic):
     out, _, _ = done
     flags = ["--topic", topic] if topic else []
@@ -216,7 +221,7 @@ def test_objects_and_coverage_where_a_log_has_detections(done):
 
 def test_a_damaged_log_and_a_damaged_frame_are_named_counted_skips(done):
     out, summary, text = done
-    assert summary["logs"] == {"in_job": 6, "finished_before": 0, "captioned": 5, "failed": 1, "left": 0}
+    assert summary["logs"] == {"in_job": 7, "finished_before": 0, "captioned": 6, "failed": 1, "left": 0}
     [failure] = summary["failures"]
     assert failure["log"] == "robot1/junk.mcap" and "not a readable MCAP file" in failure["error"]
     assert "failed: robot1/junk.mcap: log " in text
@@ -226,7 +231,7 @@ def test_a_damaged_log_and_a_damaged_frame_are_named_counted_skips(done):
     [stream] = compressed["streams"]
     assert stream["skipped"] == 1 and "message 2" in stream["skips"][0]
     json.loads((out / "summary.json").read_text())  # the same summary, on disk
-    assert summary["actors"] and sum(a["captions"] for a in summary["actors"]) >= 31
+    assert summary["actors"] and sum(a["captions"] for a in summary["actors"]) >= 35
 
 
 def test_a_second_run_finds_every_log_finished_and_changes_nothing(done, bundle, fleet):
@@ -235,10 +240,10 @@ def test_a_second_run_finds_every_log_finished_and_changes_nothing(done, bundle,
     text = io.StringIO()
     summary = run_fleet(_options(bundle, fleet, out), out=text)
     # the damaged log is not finished, so it is tried again (and fails again): the rest is skipped
-    assert summary["logs"] == {"in_job": 6, "finished_before": 5, "captioned": 0, "failed": 1, "left": 0}
+    assert summary["logs"] == {"in_job": 7, "finished_before": 6, "captioned": 0, "failed": 1, "left": 0}
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "summary.json"} == files
     caption_logs = [p for p in files if p.suffix == ".mcap"]
-    assert len(caption_logs) == 6 and all(caption_count(p) > 0 for p in caption_logs)
+    assert len(caption_logs) == 7 and all(caption_count(p) > 0 for p in caption_logs)
 
 
 def test_a_second_job_on_the_same_out_is_refused_while_the_first_runs(done, bundle, fleet):
