@@ -650,6 +650,7 @@ class Terminated(KeyboardInterrupt):
 
 def _raise_interrupt(signum, _frame):
     _UNDELIVERED.append(signum)
+    SIGNALS_RECEIVED.append(signum)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(signum)
@@ -662,6 +663,13 @@ def _raise_interrupt(signum, _frame):
 # imported: a SIGTERM there vanished and `data synth` finished with exit 0). Whatever is still
 # here at the next commit, or when the command returns, is raised again there.
 _UNDELIVERED: list[int] = []
+
+
+# Every stop signal our handlers saw in this process, handled or not. The `edgecap` command then
+# ends at once after its exit handlers (__main__._exit_now): CPython may have marked a handled
+# interrupt unhandled, and a further signal during the interpreter's slow teardown (spaCy,
+# onnxruntime: seconds), after it has reset its handlers, would kill the process mid-exit.
+SIGNALS_RECEIVED: list[int] = []
 
 
 def interrupt_delivered() -> None:
@@ -751,6 +759,7 @@ def stop_on_signals(stop: threading.Event):
     def request_stop(signum, frame):
         if stop.is_set():
             _raise_interrupt(signum, frame)
+        SIGNALS_RECEIVED.append(signum)
         stop.set()
 
     with _handled(STOP_SIGNALS, request_stop, _not_ignored), _delivering():

@@ -286,7 +286,7 @@ def test_two_sigints_to_a_real_run_end_it_in_order_or_say_it_was_interrupted(bun
         time.sleep(gap)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-        assert proc.returncode in (0, 130) and "Traceback" not in err, err
+        assert proc.returncode in (0, 130) and "Traceback" not in err, (proc.returncode, out, err)
         text = jsonl.read_text()
         assert text.endswith("\n")
         records = [json.loads(line) for line in text.splitlines()]  # every line whole
