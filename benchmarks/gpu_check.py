@@ -208,7 +208,7 @@ def model_inputs(manifest, count: int) -> list[tuple]:
             if spec.dtype == "bool":
                 batch.append(np.ones(spec.shape, dtype=bool))
             elif spec.dtype.startswith("int"):
-                batch.append(rng.integers(4, manifest.model["config"]["vocab_size"], spec.shape).astype(spec.dtype))
+                batch.append(rng.integers(4, manifest.model.config["vocab_size"], spec.shape).astype(spec.dtype))
             elif manifest.input == "images":
                 pre = manifest.preprocessing
                 pixels = rng.random(spec.shape, dtype=np.float32)
@@ -291,7 +291,7 @@ class Job:
 
 def jobs(args, workdir: Path) -> list[Job]:
     if args.bundle:
-        from edgecap.runtime.manifest import load_manifest
+        from edgecap.contract.manifest import load_manifest
 
         out = []
         for given in args.bundle:

@@ -47,9 +47,18 @@ def main() -> int:
     finally:
         for sig, previous in saved.items():
             signal.signal(sig, previous)
-    if code in _SIGNAL_CODES:
+    if code in _SIGNAL_CODES or _interrupted():
         exit_now(code)
     return code
+
+
+def _interrupted() -> bool:
+    """Whether a stop signal reached edgecap's own handlers during the command, even one it
+    handled (Ctrl-C, after which `edgecap run` exits 0 with its summary): CPython may have marked
+    an interrupt unhandled, and one more signal during the interpreter's teardown, after its
+    handlers are reset, would end the process by that signal (-2) though its work is done."""
+    io = sys.modules.get("edgecap.io")
+    return bool(io is not None and io.SIGNALS_RECEIVED)
 
 
 _SIGNAL_CODES = {128 + getattr(signal, name) for name in _NAMES if hasattr(signal, name)}

@@ -70,7 +70,8 @@ def test_the_state_description_round_trips_through_the_manifest(name):
     assert read.encode_extra_names == tuple(model.encode_extra_names) and read.top_k == 2
     # the graph names the exporter and the runtime derive from it: one per layer where per layer
     per_layer = [t.name for t in model.state.cache if t.per_layer]
-    assert read.cache_names[: model.state.layers] == [f"{per_layer[0]}.{i}" for i in range(model.state.layers)]
+    assert read.cache_graph_names[: model.state.layers] == [f"{per_layer[0]}.{i}" for i in range(model.state.layers)]
+    assert read.cache_names == model.state.cache_names  # the model's names, one per tensor
 
 
 @pytest.mark.parametrize("name", FAMILIES)

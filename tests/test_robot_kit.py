@@ -161,7 +161,8 @@ def _doc_commands():
             for line in block.group(1).replace("\\\n", " ").splitlines():
                 line = line.strip().removeprefix("$ ")
                 for part in re.split(r"\s*(?:&&|;|&)\s+", line):
-                    if re.match(r"^(\S*/)?edgecap [a-z]", part) and ": error:" not in part:
+                    # "edgecap fleet: 3 logs, ..." is a command's output, not a command
+                    if re.match(r"^(\S*/)?edgecap [a-z][\w-]*(\s|$)", part) and ": error:" not in part:
                         yield path.name, part, True
         for span in re.finditer(r"`((?:\S*/)?edgecap [a-z][^`]*)`", text):
             yield path.name, span.group(1), False

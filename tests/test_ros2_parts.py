@@ -125,7 +125,7 @@ def test_detections_match_the_nearest_stamp_within_the_tolerance_and_wait_for_la
     for stamp in (2, 3, 4):
         sets.add(stamp * 1_000_000_000, [stamp])
     assert sets.match(1_000_000_000, 0.05) is None              # only the newest 3 are kept
-    assert sets.report() == {"received": 6, "matched_frames": 2, "unmatched_frames": 2}
+    assert sets.report() == {"received": 6, "matched_frames": 2, "unmatched_frames": 2, "boxes_outside_frame": 0}
 
 
 class _Relay:
@@ -209,19 +209,37 @@ def test_a_missing_detector_stops_slowing_captions_after_k_misses_and_is_waited_
     waits = []
     for i in range(6):
         start = time.monotonic()
-        assert matcher(frame(i * 10**9)) is None
+        assert matcher([frame(i * 10**9)]) == [None]
         waits.append(time.monotonic() - start)
     assert all(w >= 0.19 for w in waits[:3]) and all(w < 0.1 for w in waits[3:]), waits
     assert not matcher.waiting and len(logged) == 1 and "last 3 frames" in logged[0]
     objects.add(7 * 10**9, [("cup", (0.0, 0.0, 9.0, 4.0), None)])
-    [cup] = matcher(frame(7 * 10**9))
+    [[cup]] = matcher([frame(7 * 10**9)])
     assert cup.cls == "cup" and cup.area == 0.25 and matcher.waiting and "match again" in logged[-1]
     health = matcher.health(time.monotonic())
     assert health["detections_matched_share"] == "0.14" and health["detections_waiting"] == "true"
     threading.Timer(0.05, objects.close).start()    # a stop ends a wait at once
     start = time.monotonic()
-    matcher(frame(99 * 10**9))
+    matcher([frame(99 * 10**9)])
     assert time.monotonic() - start < 0.15
+
+
+def test_detections_topic_boxes_are_clipped_and_those_wholly_outside_left_out_and_counted():
+    """As a --detections file's (contract.objects.objects_in_view): a box reaching past an edge
+    counts by its visible part, one with no part in the frame is no object in view (it used to
+    be kept with area 0), and the count reaches the summary's report."""
+    import numpy as np
+
+    from edgecap.ros2.detections import DetectionMatcher
+
+    params = check_all({"bundle": "b", "detections_wait": 0.0})
+    objects = StampedObjects()
+    matcher = DetectionMatcher(objects, lambda: params)
+    objects.add(5, [("cup", (-10.0, -10.0, 9.0, 4.0), None), ("dog", (30.0, 0.0, 40.0, 5.0), None),
+                    ("cat", (-20.0, -20.0, -1.0, -1.0), None)])
+    [[cup]] = matcher([NS(image=np.zeros((10, 20, 3), np.uint8), stamp=NS(header_ns=5))])
+    assert cup.cls == "cup" and cup.box == (0.0, 0.0, 9.0, 4.0) and cup.area == 0.25
+    assert objects.report()["boxes_outside_frame"] == 2
 
 
 @pytest.mark.parametrize(("camera", "extra", "level", "message"), [

@@ -22,8 +22,8 @@ import threading
 import time
 from collections import deque
 
+from edgecap.contract.objects import KnownObject, objects_in_view
 from edgecap.errors import EdgecapError
-from edgecap.runtime.sources import KnownObject
 
 # (class, (left, top, right, bottom), mask area or None): a KnownObject once the frame's size is known
 RawObject = tuple[str, tuple[float, float, float, float], "float | None"]
@@ -85,6 +85,7 @@ class StampedObjects:
         self.received = 0
         self.matched = 0
         self.unmatched = 0
+        self.outside = 0                            # boxes with no part inside their frame: left out
         self.last_received: float | None = None     # time.monotonic() of the newest set
 
     def add(self, stamp_ns: int, objects: list[RawObject]) -> None:
@@ -119,14 +120,16 @@ class StampedObjects:
 
     def report(self) -> dict:
         return {"received": self.received, "matched_frames": self.matched,
-                "unmatched_frames": self.unmatched}
+                "unmatched_frames": self.unmatched, "boxes_outside_frame": self.outside}
 
 
 class DetectionMatcher:
-    """The loop's `annotate_objects(frame)` for a detections topic: the frame's objects (or
+    """The loop's `annotate_objects(frames)` for a detections topic: each frame's objects (or
     None), waiting at most `wait_s` for a detector that publishes after the image. After
     `misses` frames in a row without a match it stops waiting, so a dead or lagging detector
-    never slows captioning; it waits again as soon as a frame matches."""
+    never slows captioning; it waits again as soon as a frame matches. Boxes are clipped to the
+    frame as a --detections file's are (`objects_in_view`); one wholly outside is left out and
+    counted."""
 
     def __init__(self, objects: StampedObjects, settings, log=None):
         self.objects = objects
@@ -135,7 +138,10 @@ class DetectionMatcher:
         self.misses = 0                     # frames in a row without a match
         self.waiting = True
 
-    def __call__(self, frame) -> list[KnownObject] | None:
+    def __call__(self, frames) -> list[list[KnownObject] | None]:
+        return [self.frame_objects(frame) for frame in frames]
+
+    def frame_objects(self, frame) -> list[KnownObject] | None:
         params = self.settings()
         found = self.objects.match(frame.stamp.header_ns, params.stamp_tolerance,
                                    params.detections_wait if self.waiting else 0.0)
@@ -150,7 +156,9 @@ class DetectionMatcher:
             self.log(f"detections match again after {self.misses} frames without")
         self.misses, self.waiting = 0, True
         height, width = frame.image.shape[:2]
-        return [KnownObject.measured(cls, box, area, width, height) for cls, box, area in found]
+        objects, outside = objects_in_view(found, width, height)
+        self.objects.outside += outside
+        return objects
 
     def health(self, now: float) -> dict[str, str]:
         """Diagnostics key-values: matched share, age of the newest set, whether captions wait."""

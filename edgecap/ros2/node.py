@@ -1,4 +1,5 @@
-"""The ROS 2 captioning node: camera images in, stamped captions (and coverage, with detections) out.
+"""The ROS 2 captioning node: camera images in, stamped captions (and coverage, with detections
+or a detector) out.
 
     edgecap ros2 BUNDLE --ros-args -r __ns:=/front -p max_rate:=5
     python -m edgecap.ros2 --lifecycle --ros-args -p bundle:=BUNDLE -r image_raw:=/camera/image_raw
@@ -10,6 +11,7 @@ Topics are relative to the node's namespace (one node per camera, side by side):
 
     in   image_raw               sensor_msgs/Image (or CompressedImage with compressed:=true)
     in   detections              with detections_topic: std_msgs/String JSON or Detection2DArray
+                                 (or detector:=MODEL.onnx: an object detector run on the frames)
     out  edgecap/caption         std_msgs/String               the caption
     out  edgecap/caption_marker  visualization_msgs/Marker     the caption, stamped with the image's header
     out  edgecap/record          std_msgs/String               the JSON record (stamps, latency, coverage)
@@ -70,11 +72,12 @@ from edgecap.ros.captions import (
 )
 from edgecap.ros.images import COMPRESSED, IMAGE, bgr_to_image
 from edgecap.runtime.captioner import Captioner
+from edgecap.runtime.detector import Detector, DetectorHook, coverage_vocabulary
 from edgecap.runtime.loop import Camera, run_cameras
 from edgecap.runtime.mcap_sink import record_messages
 from edgecap.runtime.overlay import annotate
 from edgecap.runtime.records import Summary
-from edgecap.runtime.scoring import CoverageAnnotator
+from edgecap.runtime.scoring import CoverageAnnotator, bundle_vectors
 
 from .detections import DetectionMatcher, StampedObjects, json_objects, vision_objects
 from .frames import ImageSlot
@@ -193,6 +196,7 @@ class Captioning:
     def _open(self) -> None:
         """Load the bundle, subscribe, advertise, start the loop's thread (paused unless active)."""
         p = self.params
+        self.detector = self._open_detector() if p.detector else None  # before the bundle: a bad file fails fast
         self.captioner = Captioner.from_bundle(p.bundle, threads=p.threads, spin=p.spin)
         if p.beam:
             self._check_beam(p.beam)
@@ -200,6 +204,7 @@ class Captioning:
         self.msgtype = COMPRESSED if p.compressed else IMAGE
         self._entities: list = []
         self.matcher = self._open_detections() if p.detections_topic else None
+        self.coverage = self._open_coverage() if self.matcher or self.detector else None
         self.cameras = self._open_cameras()
         self.image_topic = ",".join(c.topic for c in self.cameras)
         self.diagnostics_pub = self._keep(self.create_publisher(DiagnosticArray, "/diagnostics", 10))
@@ -315,9 +320,37 @@ class Captioning:
 
         self._keep(self.create_subscription(cls, p.detections_topic, on_detections, QoSProfile(
             history=HistoryPolicy.KEEP_LAST, depth=DETECTIONS_TOPIC_DEPTH, reliability=ReliabilityPolicy.BEST_EFFORT)))
-        self.coverage = CoverageAnnotator(log=self.get_logger().warning)
-        self.coverage.warm_up()
         return DetectionMatcher(objects, lambda: self.params, log=self.get_logger().warning)
+
+    def _open_detector(self) -> Detector:
+        """The `detector` parameter's model (as `edgecap run --detector`), with the captioner's
+        threads and spin; every camera's frame of a round goes through it in one batch."""
+        p = self.params
+        if p.detections_topic:
+            raise ParameterError("parameter detector: detections_topic already gives the frames' objects; "
+                                 "set one of them")
+        try:
+            detector = Detector.load(p.detector, threads=p.threads, spin=p.spin, min_score=p.detector_min_score,
+                                     iou=p.detector_iou)
+        except EdgecapError as exc:
+            raise ParameterError(f"parameter detector: {exc}") from None
+        detector.warm_up()
+        return detector
+
+    def _open_coverage(self) -> CoverageAnnotator:
+        """The scorer of the captions against the objects a detections topic or the detector
+        gives: the detector's classes (else ACVR's, joined by the objects' own names) and the
+        word vectors the bundle carries."""
+        vocabulary = None if self.detector is None else coverage_vocabulary(self.detector)
+        coverage = CoverageAnnotator(log=self.get_logger().warning, vocabulary=vocabulary,
+                                     vectors=bundle_vectors(self.captioner.bundle))
+        coverage.warm_up()
+        return coverage
+
+    def _objects_hook(self):
+        """The loop's `annotate_objects`: the detections topic's matcher, the detector's hook
+        (its time as the records' "detector" latency), or None (no objects known)."""
+        return self.matcher or (DetectorHook(self.detector) if self.detector is not None else None)
 
     # -- callbacks (executor threads) --------------------------------------------------------
     def _on_image(self, index: int, topic: str, slot: ImageSlot, gaps: SequenceGaps, msg, info) -> None:
@@ -379,6 +412,8 @@ class Captioning:
                  "qos": f"{p.qos} depth {p.qos_depth}", "refused": str(sum(c.refused for c in cameras))}
         if self.matcher is not None:
             extra.update(self.matcher.health(now))
+        if self.detector is not None:
+            extra.update({"detector": str(self.detector.path), "detector_ms": f"{self.detector.latency_ms:.1f}"})
         for camera in cameras if len(cameras) > 1 else []:
             extra[f"received {camera.topic}"] = str(camera.received)
         self.summary.grabber = _total_stats(self.cameras)
@@ -393,8 +428,8 @@ class Captioning:
     def _work(self) -> None:
         try:
             run_cameras(self.captioner, self.cameras, self.summary, [self.stats.add, self._publish, self.next_caption],
-                        _LiveOptions(self), self.stop, self.fresh, annotate_objects=self.matcher,
-                        coverage=getattr(self, "coverage", None), stall_s=None)
+                        _LiveOptions(self), self.stop, self.fresh, annotate_objects=self._objects_hook(),
+                        coverage=self.coverage, stall_s=None)
         except Exception as exc:  # an engine failure: end the node with its one line
             self.failure = exc
             self.stop.set()
@@ -574,6 +609,11 @@ def _print_summary(node, stopped_by: str, out) -> None:
         print(f"  {refused} frames refused (encoding)", file=out)
     if node.matcher is not None:
         report = node.matcher.objects.report()
+        outside = report["boxes_outside_frame"]
         print(f"  detections: {report['received']} received; frames with objects "
-              f"{report['matched_frames']}, without {report['unmatched_frames']}", file=out)
+              f"{report['matched_frames']}, without {report['unmatched_frames']}"
+              + (f"; {outside} boxes wholly outside their frame left out" if outside else ""), file=out)
+    if node.detector is not None:
+        print(f"  detector: {node.detector.path} ({node.detector.layout}, {node.detector.n_classes} classes, "
+              f"min score {node.detector.min_score:g}, NMS IoU {node.detector.iou:g})", file=out)
     out.flush()

@@ -17,8 +17,9 @@ import math
 import sys
 from dataclasses import dataclass, field, make_dataclass, replace
 
-from edgecap.argtypes import BEAM, POSITIVE, THREADS, Integer, Number
+from edgecap.argtypes import BEAM, FRACTION, POSITIVE, THREADS, Integer, Number
 from edgecap.errors import EdgecapError
+from edgecap.runtime.detector import DEFAULT_IOU, DEFAULT_MIN_SCORE
 
 QOS_CHOICES = ("sensor_data", "reliable")
 DURABILITY_CHOICES = ("volatile", "transient_local")
@@ -116,6 +117,13 @@ PARAMS: tuple[Param, ...] = (
     Param("detections_wait", 0.2, float, "seconds a caption waits for its frame's detections", bounds=SECONDS),
     Param("detections_misses", 5, int, "frames in a row without detections after which captions stop "
           "waiting for them (until detections match again)", bounds=Integer(1, 1_000_000)),
+    Param("detector", "", str, "an ONNX object detector (ultralytics YOLO export, ...) run on the "
+          "captioned frames, every camera's in one batch; its objects give coverage and annotations "
+          "(empty: none; not with detections_topic; as edgecap run --detector)"),
+    Param("detector_min_score", DEFAULT_MIN_SCORE, float, "detector: keep boxes scoring at least this (as edgecap run "
+          "--min-score)", bounds=FRACTION),
+    Param("detector_iou", DEFAULT_IOU, float, "detector: boxes of one class overlapping more are one object (as "
+          "edgecap run --nms-iou)", bounds=FRACTION),
     Param("publish_annotated", True, bool, "publish the annotated image (with detections)"),
     Param("no_image_warning", 5.0, float, "seconds without an image before a warning and ERROR in "
           "/diagnostics", bounds=PERIOD),

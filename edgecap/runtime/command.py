@@ -17,11 +17,13 @@ import os
 from dataclasses import dataclass
 
 from edgecap.argtypes import BATCH, BEAM, COUNT, FRACTION, POSITIVE, THREADS
-from edgecap.data.acvr import AREAS
+from edgecap.contract.objects import AREAS
 from edgecap.data.coco_categories import CATEGORY_BASES
 from edgecap.errors import EdgecapError
 
 from .coco_results import DEFAULT_MIN_SCORE
+from .detector import DEFAULT_IOU
+from .detector import DEFAULT_MIN_SCORE as DETECTOR_MIN_SCORE
 from .execute import execute, plan_run
 from .records import summary_path
 
@@ -37,6 +39,8 @@ class RunSettings:
     jsonl: str | None = None
     append: bool = False
     detections: str | None = None
+    detector: str | None = None                   # an ONNX object detector run beside the captioner
+    nms_iou: float | None = None
     categories: str | None = None
     category_base: str | None = None
     min_score: float | None = None
@@ -48,6 +52,7 @@ class RunSettings:
     pace: str | None = None
     source_fps: float | None = None
     providers: list[str] | None = None
+    engine: str = "auto"                          # the bundle's TensorRT engines or its ONNX graphs
     threads: int = 0
     spin: bool = True
     quiet: bool = False
@@ -60,9 +65,9 @@ class RunSettings:
 
 # Config-file keys: RunSettings fields; these are paths, resolved against the config's folder
 # (a deployed config travels with its bundle; docs/runtime.md says why training configs differ).
-CONFIG_PATHS = ("bundle", "jsonl", "detections", "categories", "save_video", "out_mcap", "rerun")
+CONFIG_PATHS = ("bundle", "jsonl", "detections", "detector", "categories", "save_video", "out_mcap", "rerun")
 # ... and so is `source` (each of them) when it names a file or folder (not a camera index or a URL)
-CONFIG_INPUTS = ("bundle", "detections", "categories")
+CONFIG_INPUTS = ("bundle", "detections", "detector", "categories")
 REPLAY_PACE = {"realtime": "native", "fast": "every"}
 COVERAGE_LOADS = ("wait", "background")
 
@@ -101,9 +106,17 @@ def add_arguments(parser) -> None:
                         help="objects per frame from an external detector: JSONL (frame_id, objects) "
                              "or a COCO detection results JSON (detectron2, mmdetection, ultralytics; "
                              "image_id = a folder image's file stem, else the frame index)")
+    parser.add_argument("--detector", default=None, metavar="MODEL.onnx",
+                        help="run an ONNX object detector on the captioned frames (ultralytics YOLO "
+                             "export, YOLOv5, end-to-end; every camera's frame in one batch); its "
+                             "objects feed coverage and the annotations as --detections does")
+    parser.add_argument("--nms-iou", type=FRACTION, default=None, metavar="F",
+                        help=f"--detector: boxes of one class overlapping by more than F are one object "
+                             f"(default {DEFAULT_IOU})")
     parser.add_argument("--categories", default=None, metavar="FILE",
-                        help="COCO results: category names from a COCO-format annotation file's "
-                             "\"categories\" or a YOLO data.yaml's names (default: COCO's 80)")
+                        help="COCO results or --detector: category names from a COCO-format annotation "
+                             "file's \"categories\" or a YOLO data.yaml's names (default: COCO's 80; "
+                             "a detector's own metadata)")
     parser.add_argument("--category-base", choices=CATEGORY_BASES, default=None,
                         help="COCO results: 'auto' (default) reads category_id as the dataset's own id "
                              "(COCO's 1..90, an annotation file's) and a data.yaml's classes from 1 "
@@ -111,7 +124,8 @@ def add_arguments(parser) -> None:
                              "counted from 0 (older ultralytics) or 1 (ultralytics 8.3+)")
     parser.add_argument("--min-score", type=FRACTION, default=None, metavar="S",
                         help=f"COCO results: keep detections scoring at least S (default "
-                             f"{DEFAULT_MIN_SCORE}, detectron2's demo threshold)")
+                             f"{DEFAULT_MIN_SCORE}, detectron2's demo threshold); --detector: default "
+                             f"{DETECTOR_MIN_SCORE}")
     parser.add_argument("--show", action="store_true", default=None,
                         help="show annotated frames in a window (q or Esc stops)")
     parser.add_argument("--save-video", default=None, metavar="FILE",
@@ -151,6 +165,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--providers", default=None,
                         help="onnxruntime execution providers, comma-separated "
                              "(default: the best installed, e.g. TensorRT, CUDA, CPU)")
+    parser.add_argument("--engine", choices=("auto", "onnxruntime", "tensorrt"), default=None,
+                        help="run the bundle's TensorRT engines or its ONNX graphs (default auto: the "
+                             "engines when the bundle has them and their TensorRT imports)")
     parser.add_argument("--threads", type=THREADS, default=None, metavar="N",
                         help="onnxruntime intra-op threads (default 0: onnxruntime decides)")
     parser.add_argument("--spin", action=argparse.BooleanOptionalAction, default=None,
@@ -287,12 +304,12 @@ def run(args) -> int:
     settings = settings_from_args(args)
     plan = plan_run(settings)  # every check that needs no bundle, before the slow load
     captioner = Captioner.from_bundle(settings.bundle, providers=settings.providers,
-                                      threads=settings.threads, spin=settings.spin)
-    frontend = captioner.bundle.manifest.frontend or {}
-    if frontend.get("weights") == "random":
+                                      threads=settings.threads, spin=settings.spin, engine=settings.engine)
+    frontend = captioner.bundle.manifest.frontend
+    if frontend is not None and frontend.random_weights:
         from edgecap.errors import random_front_end, warn
 
-        warn(random_front_end(frontend.get("backbone", "bundle's"), "its captions say nothing about the scene; "
+        warn(random_front_end(frontend.backbone, "its captions say nothing about the scene; "
                               "export the bundle with --visual-weights FILE"))
     summary, error = execute(captioner, settings, plan=plan)
     if error:

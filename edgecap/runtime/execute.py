@@ -8,7 +8,13 @@ model) serves every camera: a bundle exported with `--batch N` for N cameras run
 a single static batch; rounds with fewer fresh frames are padded (never reported).
 
 `plan_run(settings)` checks everything that needs no bundle (values, outputs, sources,
---detections) so that the CLI fails before the slow bundle load; `execute` runs the plan.
+--detections, and opens the --detector, whose checks need its session) so that the CLI fails
+before the slow bundle load; `execute` runs the plan.
+
+The caption log (--jsonl) closes last, after the summary file is written: a second Ctrl-C at
+any point of the wind-down leaves either a log and a summary file that say how the run ended, or
+a log whose last line is a run_end marked cut_short (run_sinks.jsonl_sink). The first signal
+only asks the loop to stop, through the whole wind-down.
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ from edgecap.io import interrupt_delivered, stop_on_signals, write_json_atomic
 from .camera import FrameGrabber, default_pace
 from .coco_results import DEFAULT_MIN_SCORE
 from .detections import Detections, few_ids
+from .detector import Detector, DetectorHook, open_detector
 from .loop import Camera, LoopOptions, run_cameras
 from .records import Summary, check_jsonl_target, summary_path
 from .run_sinks import RunContext, open_sinks
-from .scoring import CoverageAnnotator
-from .sources import ACVRSource, FolderSource, SynthSource, make_source, masked
+from .scoring import CoverageAnnotator, bundle_vectors
+from .sources import ACVRSource, FolderSource, SynthSource, make_source, masked, source_identity
 
 # the options that follow one camera (a window, a video, a caption log, a frame-id-keyed file)
 SINGLE_SOURCE_ONLY = (("show", "--show"), ("save_video", "--save-video"), ("out_mcap", "--out-mcap"),
@@ -54,6 +61,7 @@ class RunPlan:
     sources: list                       # sources.Source, not opened yet
     names: list[str]                    # as the records and summary show them (passwords masked)
     detections: Detections | None
+    detector: Detector | None           # --detector, opened (its checks need the session)
 
 
 def plan_run(settings) -> RunPlan:
@@ -72,7 +80,7 @@ def plan_run(settings) -> RunPlan:
         from .rerun_sink import check_target
 
         check_target(settings.rerun)
-    return RunPlan(settings, sources, [masked(s) for s in specs], detections)
+    return RunPlan(settings, sources, [masked(s) for s in specs], detections, open_detector(settings))
 
 
 def execute(captioner, settings, stop: threading.Event | None = None, out=None, sinks=(),
@@ -85,24 +93,24 @@ def execute(captioner, settings, stop: threading.Event | None = None, out=None, 
     several = len(plan.sources) > 1
     options = _loop_options(captioner, settings, several)
     summary = Summary(", ".join(plan.names), coverage_area=settings.area, cameras=[] if several else None)
-    coverage = _coverage(settings, plan, lambda m: print(m, file=out, flush=True))
+    coverage = _coverage(captioner, settings, plan, lambda m: print(m, file=out, flush=True))
     annotate_objects = _annotator(plan)
     record_sinks = [] if settings.quiet else [lambda r: print(r.human(), file=out, flush=True)]
-    run = RunContext(summary, stop, None if several else plan.sources[0])
     cameras: list[Camera] = []
-    with contextlib.ExitStack() as closing:
-        closing.callback(coverage.close)  # last out: a background scorer load finishes first
-        record_sinks += open_sinks(closing, settings, run, before_start=True)
-        # Start-up costs (onnxruntime sessions, spaCy) are paid before any source opens: a
-        # camera opened early would queue frames in its driver, and they would come out stale.
-        captioner.warm_up()
-        coverage.warm_up()
-        fresh = threading.Event()
-        cameras = _open_cameras(closing, plan, summary, fresh)
-        if plan.detections is not None and plan.detections.note:
-            log(f"--detections {settings.detections}: {plan.detections.note}")
-        record_sinks += open_sinks(closing, settings, run, before_start=False) + list(sinks)
-        with stop_on_signals(stop):
+    with contextlib.ExitStack() as last:  # the caption log: closed after the summary file is written
+        run = RunContext(summary, stop, None if several else plan.sources[0], last=last)
+        with contextlib.ExitStack() as closing:
+            closing.callback(coverage.close)  # last out: a background scorer load finishes first
+            record_sinks += open_sinks(closing, settings, run, before_start=True)
+            # Start-up costs (onnxruntime sessions, spaCy) are paid before any source opens: a
+            # camera opened early would queue frames in its driver, and they would come out stale.
+            _warm_up(captioner, plan.detector, coverage)
+            fresh = threading.Event()
+            cameras = _open_cameras(closing, plan, summary, fresh)
+            if plan.detections is not None and plan.detections.note:
+                log(f"--detections {settings.detections}: {plan.detections.note}")
+            record_sinks += open_sinks(closing, settings, run, before_start=False) + list(sinks)
+            last.enter_context(stop_on_signals(stop))  # through the wind-down, up to the log's close
             for camera in cameras:
                 camera.grabber.start()
             try:
@@ -112,15 +120,35 @@ def execute(captioner, settings, stop: threading.Event | None = None, out=None, 
             except KeyboardInterrupt:  # a second signal: stop now, still summarise
                 interrupt_delivered()
                 summary.stopped_by = "signal"
-        if plan.detections is not None:  # before the --append run_end line is written
-            summary.detections = plan.detections.report()
-        summary.coverage_unscored = coverage.unscored
+            _reports(summary, plan, coverage)  # before the --append run_end line is written
+        _finish(summary, plan, out)
+    return summary, _failures(cameras)
+
+
+def _warm_up(captioner, detector: Detector | None, coverage: CoverageAnnotator) -> None:
+    captioner.warm_up()
+    if detector is not None:
+        detector.warm_up()
+    coverage.warm_up()
+
+
+def _reports(summary: Summary, plan: RunPlan, coverage: CoverageAnnotator) -> None:
+    """What the summary says of the object sources and the scorer, once the loop is done."""
+    if plan.detections is not None:
+        summary.detections = plan.detections.report()
+    if plan.detector is not None:
+        summary.detector = plan.detector.report()
+    summary.coverage_unscored = coverage.unscored
+
+
+def _finish(summary: Summary, plan: RunPlan, out) -> None:
+    """The summary on the console, the --detections notes, the --jsonl summary file."""
+    settings = plan.settings
     print(summary.human(), file=out, flush=True)
     if plan.detections is not None:
         _report_unmatched(plan.detections, settings.detections)
     if settings.jsonl:
         write_json_atomic(summary_path(settings.jsonl), summary.to_json())
-    return summary, _failures(cameras)
 
 
 def _loop_options(captioner, settings, several: bool) -> LoopOptions:
@@ -177,7 +205,8 @@ def check_settings(settings) -> None:
                               ("--max-fps", settings.max_fps, POSITIVE),
                               ("--latency-budget", settings.latency_budget, POSITIVE),
                               ("--source-fps", settings.source_fps, POSITIVE),
-                              ("--min-score", settings.min_score, FRACTION)):
+                              ("--min-score", settings.min_score, FRACTION),
+                              ("--nms-iou", settings.nms_iou, FRACTION)):
         if value is not None:
             kind.check(value, name)
     _check_outputs_are_not_inputs(settings)
@@ -200,10 +229,11 @@ def check_sources(sources: list[str], settings) -> None:
                            "sources each round batches one frame of every camera (export the bundle "
                            f"with --batch {len(sources)} to run a round as one batch)")
     seen = set()
-    for source in sources:
-        if source.strip() in seen:
-            raise EdgecapError(f"--source {source} is given twice; each camera once")
-        seen.add(source.strip())
+    for source in sources:  # one camera under two spellings (a trailing slash, a symlink, 0 and 00)
+        identity = source_identity(source)
+        if identity in seen:
+            raise EdgecapError(f"--source {masked(source)} is given twice (as {masked(identity)}); each camera once")
+        seen.add(identity)
 
 
 def _check_outputs_are_not_inputs(settings) -> None:
@@ -213,7 +243,8 @@ def _check_outputs_are_not_inputs(settings) -> None:
     outputs = {"--jsonl": settings.jsonl, "--save-video": settings.save_video}
     if settings.jsonl:
         outputs["the --jsonl summary"] = summary_path(settings.jsonl)
-    inputs = [("--source", s) for s in source_list(settings.source)] + [("--detections", settings.detections)]
+    inputs = [("--source", s) for s in source_list(settings.source)] + [("--detections", settings.detections),
+                                                                          ("--detector", settings.detector)]
     seen: list[tuple[str, str]] = [(flag, os.path.expanduser(p)) for flag, p in inputs
                                    if p and os.path.isfile(os.path.expanduser(p))]
     for flag, path in ((f, os.path.expanduser(p)) for f, p in outputs.items() if p):
@@ -232,26 +263,32 @@ def coverage_in_background(settings, sources) -> bool:
     return all(source.live for source in sources)
 
 
-def _coverage(settings, plan: RunPlan, say) -> CoverageAnnotator:
-    """Coverage is scored when some source knows its objects (ACVR, synth) or --detections gives them."""
-    knows_objects = plan.detections is not None or any(isinstance(s, (ACVRSource, SynthSource))
-                                                       for s in plan.sources)
+def _coverage(captioner, settings, plan: RunPlan, say) -> CoverageAnnotator:
+    """Coverage is scored when some source knows its objects (ACVR, synth) or --detections or a
+    --detector gives them; with the word vectors the bundle carries (bundle_vectors)."""
+    knows_objects = plan.detections is not None or plan.detector is not None or any(
+        isinstance(s, (ACVRSource, SynthSource)) for s in plan.sources)
     return CoverageAnnotator(settings.coverage and knows_objects, log=say,
-                             vocabulary=coverage_vocabulary(plan.detections),
+                             vocabulary=coverage_vocabulary(plan.detections, plan.detector),
+                             vectors=bundle_vectors(captioner.bundle),
                              background=coverage_in_background(settings, plan.sources))
 
 
 def _annotator(plan: RunPlan):
-    """--detections: frame -> its objects (None: the file says nothing about it), replacing the
-    source's own. The plug point of every external object source."""
+    """The loop's object hook, replacing the sources' own objects: --detections (each frame's
+    objects, None where the file says nothing of it) or --detector (every frame of a round in
+    one batch, its time as the records' "detector" latency). The plug point of every external
+    object source: frames -> one list per frame."""
+    if plan.detector is not None:
+        return DetectorHook(plan.detector)
     detections = plan.detections
     if detections is None:
         return None
     by_name = isinstance(plan.sources[0], FolderSource)  # COCO image_ids name folder images by stem
 
-    def annotate_objects(frame):
-        return detections.objects(frame.frame_id, frame.image.shape[1], frame.image.shape[0],
-                                  frame.image_id if by_name else None)
+    def annotate_objects(frames):
+        return [detections.objects(frame.frame_id, frame.image.shape[1], frame.image.shape[0],
+                                   frame.image_id if by_name else None) for frame in frames]
     return annotate_objects
 
 
@@ -259,9 +296,9 @@ def _detections(settings) -> Detections | None:
     coco_flags = (("--categories", settings.categories), ("--category-base", settings.category_base),
                   ("--min-score", settings.min_score))
     if not settings.detections:
-        for flag, value in coco_flags:
+        for flag, value in coco_flags if not settings.detector else ():  # a --detector's: open_detector
             if value is not None:
-                raise EdgecapError(f"{flag} applies to a --detections file; none was given")
+                raise EdgecapError(f"{flag} applies to a --detections file or a --detector; neither was given")
         return None
     min_score = DEFAULT_MIN_SCORE if settings.min_score is None else settings.min_score
     categories = None
@@ -278,9 +315,14 @@ def _detections(settings) -> Detections | None:
     return detections
 
 
-def coverage_vocabulary(detections):
-    """The class set coverage reads captions against: a COCO results file's categories (COCO's
-    80 or --categories FILE), else ACVR's 30 (ACVR, the synthetic world, edgecap's JSONL)."""
+def coverage_vocabulary(detections, detector: Detector | None = None):
+    """The class set coverage reads captions against: a detector's classes, a COCO results file's
+    categories (COCO's 80 or --categories FILE), else ACVR's 30 (ACVR, the synthetic world,
+    edgecap's JSONL; their objects' own class names join it as they come)."""
+    if detector is not None:
+        from .detector import coverage_vocabulary as detector_vocabulary
+
+        return detector_vocabulary(detector)
     if detections is None or detections.categories is None:
         return None
     from edgecap.metrics.vocabulary import vocabulary_of
@@ -291,7 +333,10 @@ def coverage_vocabulary(detections):
 
 def _report_unmatched(detections, path: str) -> None:
     """Detections of images the run never captioned: a misnamed folder or a results file for
-    another split shows up here (and in summary.json) instead of as silently missing coverage."""
+    another split shows up here (and in summary.json) instead of as silently missing coverage;
+    so do boxes that lay wholly outside their frames (left out, counted)."""
+    if detections.outside_note():
+        log(detections.outside_note())
     unmatched = detections.unmatched()
     if unmatched:
         log(f"--detections {path}: {len(unmatched)} of {len(detections)} {detections.id_name} matched no "

@@ -10,7 +10,7 @@ anything with a FrameGrabber's consumer side (`get`, `finished`, `error`, `last_
         up to --batch consecutive fresh frames, waiting for each)
     captions them as one batch (the Captioner pads the static batch; padding is never reported)
     stamps capture-to-caption latency, attaches known objects (the source's ground truth or
-        `annotate_objects`: --detections, a detections topic) and scores coverage
+        `annotate_objects`: --detections, --detector, a detections topic) and scores coverage
     hands each Record to the sinks (console, JSONL, video, window, caption log, ROS publishers)
 
 `max_fps` spaces the takes; frames that arrive meanwhile are overwritten (dropped), so the
@@ -169,9 +169,15 @@ def _check_cameras(cameras: list[Camera], now: float, stall_s: float | None, log
 def _deliver(taken: list[tuple[Camera, Frame]], captions, summary: Summary, sinks, t_done: float,
              annotate_objects, coverage, governor: BeamGovernor) -> None:
     """Records of one captioned batch: objects, coverage, summaries, sinks, the beam governor."""
+    if annotate_objects is not None:  # --detections, --detector, a detections topic: the source's own replaced
+        start = time.perf_counter()
+        known = annotate_objects([frame for _, frame in taken])  # one call: a detector batches every camera's frame
+        elapsed_ms, key = (time.perf_counter() - start) * 1e3, getattr(annotate_objects, "latency_key", None)
+        for (_, frame), caption, objects in zip(taken, captions, known, strict=True):
+            frame.objects = objects
+            if key:
+                caption.latency_ms[key] = elapsed_ms
     for (camera, frame), caption in zip(taken, captions, strict=True):
-        if annotate_objects is not None:  # --detections replaces the source's own objects
-            frame.objects = annotate_objects(frame)
         record = Record(frame, caption, camera.summary.source, t_done, camera=camera.name)
         scored = coverage.score(caption.text, frame.objects) if coverage is not None else None
         if scored is not None:
@@ -210,8 +216,10 @@ def run_cameras(captioner: Captioner, cameras: list[Camera], summary: Summary,
     `fresh` is set by the grabbers whenever one publishes a frame (their `on_publish`), so an
     idle loop over several cameras wakes for the first new frame of any (one camera: the loop
     waits on its grabber). `summary` counts every record; each camera's own summary counts its
-    records, drops, stalls and why it stopped. annotate_objects(frame) -> objects | None
-    replaces the frame's objects; coverage.score(caption, objects) -> (coverage, matches) | None.
+    records, drops, stalls and why it stopped. annotate_objects(frames) -> [objects | None per
+    frame] replaces the round's objects (--detections, --detector, a detections topic); with a
+    `latency_key` its time goes into each caption's latency_ms under that key (a detector's
+    "detector"). coverage.score(caption, objects) -> (coverage, matches) | None.
     """
     log = log or (lambda msg: None)
     governor = BeamGovernor(options.beam or captioner.beam, options.latency_budget_ms)

@@ -23,9 +23,9 @@ import numpy as np
 from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search, row_top_k
 from edgecap.contract.manifest import Manifest, load_manifest
 from edgecap.contract.state import CACHE_OUT_SUFFIX
-from edgecap.errors import EdgecapError, require
+from edgecap.errors import EdgecapError
 
-from .engines import OrtGraph, TrtGraph
+from .engines import OrtGraph, TrtGraph, engines_importable
 
 
 class _CacheGroup:
@@ -74,7 +74,7 @@ class BundleStepper:
         self.token = np.zeros(images * per_image, np.int64)
         self.step = np.zeros((), np.int64)
         # the exporter drops inputs a graph never reads (an LSTM's step); those get no buffer
-        self.cross_names = state.cross_names
+        self.cross_names = state.cross_graph_names
         self.cross = {n: np.zeros(ins[n].shape, np.dtype(ins[n].dtype)) for n in self.cross_names if n in ins}
         bound: dict[str, np.ndarray] = {}
         members: dict[tuple, list[tuple[str, str]]] = {}
@@ -158,8 +158,9 @@ class Bundle:
         threads / spin: onnxruntime's intra-op threads (0: one per physical core) and whether
         they busy-wait between ops (docs/runtime.md, "onnxruntime settings").
 
-        engine: "auto" uses the bundle's TensorRT engines when it has them and `tensorrt` can
-        be imported (an engine built elsewhere is refused, saying how to rebuild), otherwise
+        engine: "auto" uses the bundle's TensorRT engines when it has them and the TensorRT that
+        built them (tensorrt or tensorrt_rtx) can be imported (an engine this machine cannot run,
+        for want of that release or a supported GPU, is refused in one line), otherwise
         onnxruntime; "onnxruntime" or "tensorrt" force one.
         """
         root = Path(path)
@@ -169,9 +170,7 @@ class Bundle:
         has_engines = any(g.engine == "tensorrt" for g in manifest.graphs)
         if engine == "tensorrt" and not has_engines:
             raise EdgecapError(f"bundle {root} has no TensorRT engines (export with --engine trt)")
-        use_trt = engine == "tensorrt" or (engine == "auto" and has_engines and _importable("tensorrt"))
-        if use_trt:
-            require("tensorrt", "trt", "native TensorRT engines")
+        use_trt = engine == "tensorrt" or (engine == "auto" and has_engines and engines_importable(manifest))
         graphs = {}
         for role in ("visual", "encoder", "decoder_step"):
             trt_entry = manifest.graph(role, "tensorrt") if use_trt else None
@@ -282,9 +281,3 @@ class Bundle:
     def captions(self, hyp: Hypotheses) -> list[str]:
         """The best hypothesis of each image as text (specials dropped, up to EOS)."""
         return [" ".join(self.manifest.vocab.decode(row)) for row in np.asarray(hyp.tokens)[:, 0]]
-
-
-def _importable(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
