@@ -44,7 +44,8 @@ def test_family_exports_static_graphs_and_passes_fp32_parity(bundles, name):
     assert parity["greedy_identical"] == 1.0 and parity["beam_identical"] == 1.0
     assert m.batch_size == BATCH and m.beam_size == BEAM
     roles = sorted(g.role for g in m.graphs)
-    assert roles == (["decoder_step", "encoder", "visual"] if name == "smart-cnn" else ["decoder_step", "encoder"])
+    assert roles == ["cache_update", "decoder_step", "encoder"] + (["visual"] if name == "smart-cnn" else [])
+    assert m.state.update == "cache_update"
     # static shapes everywhere, only TensorRT-parsable ops and dtypes (checked without a GPU)
     assert m.checks and all(c["tensorrt_compatible"] for c in m.checks.values()), m.checks
     rows = BATCH * BEAM
@@ -67,7 +68,7 @@ def test_memory_slots_and_prototypes_are_constants_not_inputs(bundles, name):
     m = load_manifest(bundles[name][1])
     assert [t.name for t in m.graph("encoder").inputs] == ["features", "mask"]
     step_inputs = [t.name for t in m.graph("decoder_step").inputs]
-    assert step_inputs == ["token", "step", *m.state.cache_names, *m.state.cross_names]
+    assert step_inputs == ["token", "step", *m.state.cache_graph_names, *m.state.cross_graph_names]
     model = onnx.load(str(bundles[name][1] / ("decoder_step.onnx" if name == "pma" else "encoder.onnx")))
     assert len(model.graph.initializer) > 0
     assert m.parity["onnxruntime"]["max_abs_delta"]["encoder"] < 1e-4

@@ -335,7 +335,7 @@ def test_decoding_reuses_its_buffers_across_frames_without_leaking_state(tiny):
 
     _, bundle_dir = tiny
     bundle = Bundle.load(bundle_dir)
-    size = bundle.preprocessing["size"]
+    size = bundle.preprocessing.size
     rng = np.random.default_rng(0)
     images = [rng.standard_normal((bundle.batch_size, 3, size, size)).astype(np.float32) for _ in range(2)]
     options = DecodeOptions(beam_size=bundle.beam_size, max_len=bundle.max_len)

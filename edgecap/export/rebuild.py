@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.contract.beam import DecodeOptions
-from edgecap.contract.manifest import MANIFEST_NAME, GraphEntry, Manifest, load_manifest
+from edgecap.contract.manifest import MANIFEST_NAME, ROW_ROLES, GraphEntry, Manifest, load_manifest
 from edgecap.errors import EdgecapError
 from edgecap.export import compat
 from edgecap.export.result import ExportResult
@@ -131,7 +131,7 @@ def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
         rebuilt = replace(manifest, graphs=list(sources))
         cache = Path(settings.timing_cache) if settings.timing_cache else None
         for g in sources:
-            rows = manifest.batch_size * (manifest.beam_size if g.role == "decoder_step" else 1)
+            rows = manifest.batch_size * (manifest.beam_size if g.role in ROW_ROLES else 1)
             name = engine_name(g.role, rows, g.precision)
             info = build_engine(tmp / g.file, tmp / name, g.precision, settings.workspace, cache, "qdq")
             rebuilt.graphs.append(GraphEntry.of_file(g.role, name, tmp, "tensorrt", g.precision, g.inputs, g.outputs,
