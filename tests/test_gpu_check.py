@@ -74,3 +74,52 @@ def test_providers_take_onnxruntime_options(tmp_path):
     assert check_providers([("CPUExecutionProvider", {}), "CPUExecutionProvider"])[0][0] == "CPUExecutionProvider"
     with pytest.raises(EdgecapError, match="unknown onnxruntime execution provider 'CUDAExecutionProviderX'"):
         check_providers([("CUDAExecutionProviderX", {"use_tf32": "0"})])
+
+
+FP16_WITHOUT_ONNX_IR = r"""
+import sys
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("onnx_ir", "onnxscript"):
+            raise ModuleNotFoundError(f"No module named {name!r} (another onnx on the GPU machine)")
+sys.meta_path.insert(0, Absent())
+from pathlib import Path
+from edgecap.export.quantize import convert_fp16
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+print(convert_fp16(src, dst))
+"""
+
+
+@pytest.mark.slow
+def test_fp16_conversion_of_the_m2_step_needs_no_onnx_ir(tmp_path):
+    """The M² fp16 bundle failed to convert on a GPU machine inside onnx-ir (SerdeError under its
+    onnx 1.23): the conversion uses onnxruntime's tools only, here with onnx-ir unimportable, and
+    the fp16 step still scores like the fp32 one."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from tests._export_util import export, save_tiny
+
+    bundle = export(save_tiny(tmp_path / "m2.pt", "m2"), tmp_path / "m2").path
+    src, dst = bundle / "decoder_step.onnx", tmp_path / "step-fp16.onnx"
+    run = subprocess.run([sys.executable, "-c", FP16_WITHOUT_ONNX_IR, str(src), str(dst)], capture_output=True,
+                         text=True, timeout=300, cwd=REPO)
+    assert run.returncode == 0 and run.stdout.strip() == "fp16", run.stderr[-2000:]
+    onnx.checker.check_model(onnx.load(str(dst)), full_check=True)
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in onnx.load(str(dst)).graph.initializer)
+    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (src, dst)]
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for t in sessions[0].get_inputs():
+        shape = [int(d) for d in t.shape]
+        if t.name == "token":
+            feeds[t.name] = rng.integers(4, 20, shape).astype(np.int64)
+        elif t.name == "step":
+            feeds[t.name] = np.array(0, np.int64)
+        elif t.type == "tensor(bool)":
+            feeds[t.name] = np.ones(shape, bool)
+        else:
+            feeds[t.name] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
+    fp32, fp16 = (s.run(["logprobs"], feeds)[0] for s in sessions)
+    assert fp16.dtype == np.float32 and np.abs(fp32 - fp16).max() < 0.05
