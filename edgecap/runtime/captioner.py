@@ -64,17 +64,21 @@ class Captioner:
     @classmethod
     def from_bundle(cls, path, beam: int | None = None, providers=None,
                     max_len: int | None = None, length_penalty: float | None = None,
-                    threads: int = 0, spin: bool = True) -> Captioner:
+                    threads: int = 0, spin: bool = True, device_state: bool | None = None,
+                    cuda_graph: bool = False) -> Captioner:
         """Load and verify a bundle (manifest, file hashes), then wrap it.
 
         providers: onnxruntime execution providers (default: the best installed);
         threads: onnxruntime intra-op threads (0: onnxruntime decides, one per physical core);
-        spin: idle intra-op threads busy-wait (False: they sleep, costing latency, saving CPU).
+        spin: idle intra-op threads busy-wait (False: they sleep, costing latency, saving CPU);
+        device_state / cuda_graph: where the decoding state lives and whether its steps are
+        replayed as CUDA graphs (`Bundle.load`; docs/runtime.md, "Where the decoding state lives").
         """
         from .session import Bundle
 
-        return cls(Bundle.load(path, providers=providers, threads=threads, spin=spin), beam=beam,
-                   max_len=max_len, length_penalty=length_penalty)
+        bundle = Bundle.load(path, providers=providers, threads=threads, spin=spin, device_state=device_state,
+                             cuda_graph=cuda_graph)
+        return cls(bundle, beam=beam, max_len=max_len, length_penalty=length_penalty)
 
     def check_beam(self, beam: int) -> int:
         """`beam` if the decoder graph can run it (1..its beams per image), else a clear error."""
