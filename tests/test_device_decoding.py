@@ -126,6 +126,27 @@ def test_device_stepper_binds_once_and_reads_only_top_k(bundles):
 
 
 @pytest.mark.slow
+def test_tensors_written_and_read_by_copies_as_on_a_gpu_caption_the_same(bundles, monkeypatch):
+    """On a GPU every tensor is an OrtValue in device memory, written with update_inplace and read
+    with numpy(), never in place: the device stepper with tensors made that way on the CPU
+    provider captions as the host path does."""
+    from edgecap.runtime.engines import OrtGraph, OrtTensor
+
+    path, inputs = bundles["pma"]
+    host = Bundle.load(path, providers=CPU)
+    monkeypatch.setattr(OrtGraph, "tensor", lambda self, shape, dtype: OrtTensor(shape, dtype, "cpu", in_place=False))
+    device = Bundle.load(path, providers=CPU, device_state=True)
+    for batch in inputs:
+        for beam in (1, BEAM):
+            options = DecodeOptions(beam_size=beam, max_len=host.max_len)
+            want = host.decode(host.encode(*batch), options)
+            got = device.decode(device.encode_for_decoding(*batch), options)
+            assert (got.tokens == want.tokens).all() and (got.scores == want.scores).all()
+    stepper = device._steppers[BEAM]
+    assert stepper.token.host is None and all(t.host is None for t in stepper.sides[0].values())
+
+
+@pytest.mark.slow
 def test_cache_update_graph_writes_the_slot_then_gathers_the_parents(bundles):
     """The exported cache_update graph, run by onnxruntime itself, against numpy: slot `step` of
     every cache tensor replaced by its new slot, then rows taken from their parents."""

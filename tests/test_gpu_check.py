@@ -12,13 +12,18 @@ from tests.conftest import REPO
 
 # a GPU machine has torch, onnx, onnxruntime-gpu, numpy, matplotlib: none of these
 ABSENT_THERE = ("spacy", "open_clip", "faiss", "pycocoevalcap", "tensorrt", "torchvision")
+# absent as a module that is not installed is: an import raises, importlib.util.find_spec says None
+# (torch's dynamo asks find_spec about tensorrt and others when the FLOP counter imports it)
 BLOCKED_RUN = f"""
-import runpy, sys
+import importlib.util, runpy, sys
+ABSENT = {ABSENT_THERE!r}
 class Absent:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {ABSENT_THERE!r}:
+        if name.split(".")[0] in ABSENT:
             raise ModuleNotFoundError(f"No module named {{name!r}} (not on the GPU machine)")
 sys.meta_path.insert(0, Absent())
+found = importlib.util.find_spec
+importlib.util.find_spec = lambda name, package=None: None if name.split(".")[0] in ABSENT else found(name, package)
 sys.argv = ["gpu_check.py", *sys.argv[1:]]
 runpy.run_path("{REPO}/benchmarks/gpu_check.py", run_name="__main__")
 """

@@ -170,12 +170,14 @@ class OrtTensor:
     on the GPU (written and read with one copy each), or on the CPU provider a numpy array the
     `OrtValue` wraps (written and read where it lies; `read` returns the live array)."""
 
-    def __init__(self, shape, dtype, device: str, device_id: int = 0):
+    def __init__(self, shape, dtype, device: str, device_id: int = 0, in_place: bool | None = None):
+        """in_place: wrap a numpy array (the default on the CPU); False allocates an OrtValue
+        written and read by copies, as on a GPU (how tests run the GPU's copies on a CPU)."""
         import onnxruntime as ort
 
         self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
         self._zeros = None
-        if device == "cpu":
+        if device == "cpu" if in_place is None else in_place:
             self.host = np.zeros(self.shape, self.dtype)
             self.value = ort.OrtValue.ortvalue_from_numpy(self.host)
         else:
