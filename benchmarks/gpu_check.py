@@ -550,7 +550,8 @@ def markdown(report: dict) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> Path | None:
-    """Per model: ms per batch against the batch at the largest beam, one line per path."""
+    """Per model, at its largest beam: ms per batch against the batch, one line per path (top);
+    where a step's time goes, one stacked bar per path and batch (bottom)."""
     rows = [r for r in rows if "ms" in r]
     if not rows:
         return None
@@ -560,23 +561,37 @@ def plot(rows: list[dict], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     models = sorted({r["model"] for r in rows})
-    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4), squeeze=False)
-    for ax, model in zip(axes[0], models, strict=True):
+    fig, axes = plt.subplots(2, len(models), figsize=(6 * len(models), 8), squeeze=False)
+    for col, model in enumerate(models):
+        top, bottom = axes[0][col], axes[1][col]
         beam = max(r["beam"] for r in rows if r["model"] == model)
+        mine = [r for r in rows if r["model"] == model and r["beam"] == beam]
         series: dict[tuple, list] = {}
-        for r in rows:
-            if r["model"] == model and r["beam"] == beam:
-                series.setdefault((r["path"], r["precision"]), []).append((r["batch"], r["ms"]))
+        for r in mine:
+            series.setdefault((r["path"], r["precision"]), []).append((r["batch"], r["ms"]))
         for (name, precision), points in sorted(series.items()):
             points.sort()
             style = "--" if name in (CPU_PROVIDER, TORCH, OFFICIAL) else "-"
-            ax.plot([b for b, _ in points], [ms for _, ms in points], style, marker="o", label=f"{name} {precision}")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("batch (images)")
-        ax.set_ylabel("ms per batch (median)")
-        ax.set_title(f"{model}, beam {beam}")
-        ax.legend(fontsize=7)
+            top.plot([b for b, _ in points], [ms for _, ms in points], style, marker="o", label=f"{name} {precision}")
+        top.set_xscale("log", base=2)
+        top.set_yscale("log")
+        top.set_xlabel("batch (images)")
+        top.set_ylabel("ms per batch (median)")
+        top.set_title(f"{model}, beam {beam}")
+        top.legend(fontsize=7)
+        parted = sorted((r for r in mine if r.get("per_step_ms")), key=lambda r: (r["batch"], r["precision"], r["path"]))
+        names = list(dict.fromkeys(k for r in parted for k in r["per_step_ms"]))
+        base = [0.0] * len(parted)
+        for name in names:
+            values = [max(0.0, r["per_step_ms"].get(name, 0.0)) for r in parted]
+            bottom.bar(range(len(parted)), values, bottom=base, label=name)
+            base = [a + b for a, b in zip(base, values, strict=True)]
+        bottom.set_xticks(range(len(parted)), [f"{r['path']}\n{r['precision']} b{r['batch']}" for r in parted],
+                          rotation=90, fontsize=6)
+        bottom.set_yscale("log" if parted and max(base) > 20 * max(min(base), 1e-9) else "linear")
+        bottom.set_ylabel("ms per step")
+        bottom.set_title(f"{model}, beam {beam}: where a step's time goes")
+        bottom.legend(fontsize=7)
     return save_png(fig, path)
 
 
