@@ -147,6 +147,39 @@ def test_tensors_written_and_read_by_copies_as_on_a_gpu_caption_the_same(bundles
 
 
 @pytest.mark.slow
+def test_every_binding_gets_its_own_cuda_graph(bundles, monkeypatch):
+    """With CUDA graphs each bound run is captured under its own gpu_graph_id (onnxruntime
+    reserves 0): one per ping-pong side, per graph, per beam size, so a captured graph is only
+    ever replayed on the buffers it was captured with; runs outside a binding never capture (-1).
+    The CPU provider ignores the ids, so the bookkeeping is checked here and the captions too."""
+    from edgecap.runtime.engines import OrtGraph
+
+    path, inputs = bundles["transformer"]
+    real = OrtGraph.__init__
+
+    def flagged(self, *args, cuda_graph=False, **kwargs):  # as a CUDA session opened for capture would be
+        real(self, *args, **kwargs)
+        self.cuda_graph = cuda_graph
+        if cuda_graph:
+            self._plain.add_run_config_entry("gpu_graph_id", "-1")
+
+    monkeypatch.setattr(OrtGraph, "__init__", flagged)
+    monkeypatch.setattr("edgecap.runtime.session._where_state_lives", lambda root, graphs, asked, cuda_graph: True)
+    bundle = Bundle.load(path, providers=CPU, device_state=True, cuda_graph=True)
+    host = Bundle.load(path, providers=CPU)
+    ids = {}
+    for beam in (BEAM, 1):
+        options = DecodeOptions(beam_size=beam, max_len=bundle.max_len)
+        got = bundle.decode(bundle.encode_for_decoding(*inputs[0]), options)
+        assert (got.tokens == host.decode(host.encode(*inputs[0]), options).tokens).all()
+        stepper = bundle._steppers[beam]
+        ids[beam] = ([run.graph_id for run in stepper._steps], [run.graph_id for run in stepper._updates])
+    assert ids == {BEAM: ([1, 2], [1, 2]), 1: ([3, 4], [3, 4])}
+    assert bundle._graphs["encoder"].cuda_graph is False  # only the step and the update capture
+    assert bundle._graphs["decoder_step"]._plain.get_run_config_entry("gpu_graph_id") == "-1"
+
+
+@pytest.mark.slow
 def test_cache_update_graph_writes_the_slot_then_gathers_the_parents(bundles):
     """The exported cache_update graph, run by onnxruntime itself, against numpy: slot `step` of
     every cache tensor replaced by its new slot, then rows taken from their parents."""

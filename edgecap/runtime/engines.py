@@ -287,13 +287,14 @@ class OrtGraph:
             binding.bind_ortvalue_input(name, tensor.value)
         for name, tensor in outputs.items():
             binding.bind_ortvalue_output(name, tensor.value)
+        graph_id = None
         options = self._plain
         if self.cuda_graph and capture:
             self._graphs_bound += 1
+            graph_id = self._graphs_bound
             options = ort.RunOptions()
-            options.add_run_config_entry("gpu_graph_id", str(self._graphs_bound))
-        session = self.session
-        return lambda: session.run_with_iobinding(binding, options)
+            options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        return _BoundRun(self.session, binding, options, graph_id)
 
     def run_into(self, feeds: dict[str, np.ndarray], outputs: dict[str, OrtTensor]) -> None:
         """Run on numpy feeds, writing the outputs named in `outputs` into those tensors (an
@@ -323,6 +324,17 @@ class OrtGraph:
             binding.bind_output(name, "cpu", 0, dst.dtype, list(dst.shape), dst.ctypes.data)
         session = self.session
         return lambda: session.run_with_iobinding(binding)
+
+
+class _BoundRun:
+    """One IO binding of a session and the run options it always runs with (`graph_id`: the
+    CUDA graph it captures and replays, None for none)."""
+
+    def __init__(self, session, binding, options, graph_id: int | None):
+        self.session, self.binding, self.options, self.graph_id = session, binding, options, graph_id
+
+    def __call__(self) -> None:
+        self.session.run_with_iobinding(self.binding, self.options)
 
 
 def _device_id(providers: list, name: str) -> int:
