@@ -100,6 +100,39 @@ def host_info(packages=("numpy", "torch", "onnxruntime", "onnx", "faiss-cpu", "s
     }
 
 
+def check_folder_arg(parser, path: str | Path, flag: str = "--out") -> None:
+    """A folder option (--out, --workdir) that names a file, or a place nothing can be written,
+    is the parser's one-line error (exit 2) before any work, not a traceback at the end."""
+    from edgecap.errors import EdgecapError
+    from edgecap.io import probe_writable
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        parser.error(f"{flag} {path} exists and is not a directory; name a folder for the results")
+    try:
+        probe_writable(path, flag)
+    except EdgecapError as exc:
+        parser.error(str(exc))
+
+
+def one_line_errors(main):
+    """A benchmark's `main(argv) -> int` that reports an edgecap error (a checkpoint that is
+    not one, a bundle that does not load, a full disk) as the CLI does: one line
+    "NAME: error: ...", exit 1."""
+    import functools
+
+    @functools.wraps(main)
+    def wrapped(argv=None) -> int:
+        from edgecap.errors import EdgecapError
+
+        try:
+            return main(argv)
+        except EdgecapError as exc:
+            print(f"{Path(sys.modules[main.__module__].__file__).name}: error: {exc}", file=sys.stderr)
+            return 1
+    return wrapped
+
+
 def write_json(path: Path, obj) -> None:
     from edgecap.io import write_json_atomic
 

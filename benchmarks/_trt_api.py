@@ -1,4 +1,4 @@
-"""What edgecap asks of the `tensorrt` and cuda-python modules, read from edgecap's own source,
+"""What edgecap asks of the TensorRT modules (`tensorrt`, `tensorrt_rtx`) and cuda-python, read from edgecap's own source,
 and whether a given module has it. A development tool (benchmarks/trt_api_check.py and
 tests/test_trt_api_check.py run it), not part of the installed package.
 
@@ -10,11 +10,12 @@ which keywords). An object's class comes from the variable it is held in (`build
 ROLES), and the check confirms it: a call's documented return class must be the class of the
 variable its result is stored in, so a TensorRT object held under another name is reported
 instead of silently escaping the check. `trt.X.Y` chains are read from the module itself; a
-class deriving from a TensorRT class must override methods that class has. Code that only runs on some TensorRT majors sits
-in a function decorated `@trt_majors(10)` (edgecap.export.tensorrt), and its uses are checked against those majors only.
+class deriving from a TensorRT class must override methods that class has. Code that only runs on some API releases
+(a distribution and its major: 'tensorrt-10', 'tensorrt-11', 'tensorrt-rtx-1') sits in a function decorated
+`@trt_apis(...)` (edgecap.runtime.tensorrt_dist), and its uses are checked against those releases only.
 
-`missing_api(trt)` checks the collected uses against a live module (the installed `tensorrt`,
-or the real pybind11 bindings of any release loaded offline by benchmarks/trt_api_check.py): each
+`missing_api(trt)` checks the collected uses against a live module (the installed `tensorrt` or
+`tensorrt_rtx`, or the real pybind11 bindings of any release loaded offline by benchmarks/trt_api_check.py): each
 name must exist, a call must be a method (not a property), a read must not be a method, and
 the call's arguments must fit the signature pybind11 writes into the method's docstring.
 """
@@ -28,20 +29,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import edgecap
-from edgecap.runtime.engines import SUPPORTED_TENSORRT, tensorrt_major
+from edgecap.runtime import tensorrt_dist
+from edgecap.runtime.tensorrt_dist import SUPPORTED_RELEASES, release_of
 
 # variable name -> the TensorRT class it holds throughout the TensorRT code ("" = the module)
 ROLES = {
     "trt": "", "builder": "Builder", "config": "IBuilderConfig", "network": "INetworkDefinition",
     "parser": "OnnxParser", "layer": "ILayer", "tensor": "ITensor", "output": "ITensor",
     "engine": "ICudaEngine", "context": "IExecutionContext", "runtime": "Runtime", "cache": "ITimingCache",
-    "plan": "IHostMemory", "dtype": "DataType", "logger": "Logger",
+    "plan": "IHostMemory", "dtype": "DataType", "logger": "Logger", "error": "ParserError",
+    "runtime_config": "IRuntimeConfig", "runtime_cache": "IRuntimeCache",
 }
 CUDA_CLASSES = {"props": "cudaDeviceProp"}  # variable -> the cuda-python class it holds
 CUDA_ROLE = "cudart"  # cuda-python's runtime module, checked by missing_cuda_api
 
 _ROOT = Path(edgecap.__file__).resolve().parent
-SOURCES = (_ROOT / "export" / "tensorrt.py", _ROOT / "runtime" / "engines.py")
+SOURCES = (_ROOT / "export" / "tensorrt.py", _ROOT / "runtime" / "engines.py", _ROOT / "runtime" / "tensorrt_dist.py")
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class Use:
     positional: int
     keywords: tuple[str, ...]
     where: str  # file:line
-    majors: tuple[int, ...] = SUPPORTED_TENSORRT
+    apis: tuple[str, ...] = SUPPORTED_RELEASES  # the API releases the use runs on
     override: bool = False  # a method defined in a subclass of owner
     holder: str = ""  # the variable a call's result is stored in
 
@@ -76,8 +79,10 @@ def _chain(node) -> tuple[str | None, tuple[str, ...]]:
 
 
 def _constants(tree) -> dict:
-    """The module's NAME = literal assignments (a decorator may say `@trt_majors(*MAJORS)`)."""
-    found = {}
+    """The module's NAME = literal assignments and tensorrt_dist's tuples of releases (a
+    decorator may say `@trt_apis(*RTX_RELEASES)`)."""
+    found = {name: value for name, value in vars(tensorrt_dist).items()
+             if name.isupper() and isinstance(value, tuple) and all(isinstance(v, str) for v in value)}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
@@ -87,23 +92,23 @@ def _constants(tree) -> dict:
     return found
 
 
-def _decorated_majors(node, constants: dict) -> tuple[int, ...] | None:
+def _decorated_apis(node, constants: dict) -> tuple[str, ...] | None:
     for dec in getattr(node, "decorator_list", []):
-        if isinstance(dec, ast.Call) and getattr(dec.func, "id", "") == "trt_majors":
-            majors = []
+        if isinstance(dec, ast.Call) and getattr(dec.func, "id", "") == "trt_apis":
+            apis = []
             for arg in dec.args:
                 if isinstance(arg, ast.Starred):
-                    majors += constants[arg.value.id]
+                    apis += constants[arg.value.id]
                 else:
-                    majors.append(ast.literal_eval(arg))
-            return tuple(int(m) for m in majors)
+                    apis.append(ast.literal_eval(arg))
+            return tuple(str(a) for a in apis)
     return None
 
 
 class _Collector(ast.NodeVisitor):
     def __init__(self, tree, file: str):
         self.file, self.constants = file, _constants(tree)
-        self.uses, self.majors, self.calls, self.holders = [], [SUPPORTED_TENSORRT], {}, {}
+        self.uses, self.apis, self.calls, self.holders = [], [SUPPORTED_RELEASES], {}, {}
         for node in ast.walk(tree):  # before visiting: an attribute needs to know whether it is called
             if isinstance(node, ast.Call):
                 self.calls[id(node.func)] = node
@@ -114,10 +119,10 @@ class _Collector(ast.NodeVisitor):
                 self.holders[id(node.value.func)] = name
 
     def _scoped(self, node):
-        majors = _decorated_majors(node, self.constants)
-        self.majors.append(majors or self.majors[-1])
+        apis = _decorated_apis(node, self.constants)
+        self.apis.append(apis or self.apis[-1])
         self.generic_visit(node)
-        self.majors.pop()
+        self.apis.pop()
 
     visit_FunctionDef = _scoped
 
@@ -151,7 +156,7 @@ class _Collector(ast.NodeVisitor):
 
     def _add(self, owner, chain, called, positional, keywords, node, override=False, holder=""):
         self.uses.append(Use(owner, chain, called, positional, keywords, f"{self.file}:{node.lineno}",
-                             self.majors[-1], override, holder))
+                             self.apis[-1], override, holder))
 
 
 def api_uses(sources=SOURCES) -> list[Use]:
@@ -263,12 +268,13 @@ def _is_method(obj) -> bool:
     return inspect.isroutine(obj) or type(obj).__name__ in ("instancemethod", "method_descriptor")
 
 
-def missing_api(module, uses: list[Use] | None = None, major: int | None = None) -> list[str]:
-    """'name (file:line): problem' for each TensorRT use `module` does not satisfy on its major."""
-    major = tensorrt_major(module.__version__) if major is None else major
+def missing_api(module, uses: list[Use] | None = None, release: str | None = None) -> list[str]:
+    """'name (file:line): problem' for each TensorRT use `module` does not satisfy on its API
+    release ('tensorrt-11', 'tensorrt-rtx-1', ...: read from the module unless given)."""
+    release = release_of(module) if release is None else release
     problems = []
     for use in uses if uses is not None else api_uses():
-        if use.owner == CUDA_ROLE or major not in use.majors:
+        if use.owner == CUDA_ROLE or release not in use.apis:
             continue
         problem = check_use(use, module)
         if problem:

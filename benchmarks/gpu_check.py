@@ -225,7 +225,7 @@ def model_inputs(manifest, count: int) -> list[tuple]:
             if spec.dtype == "bool":
                 batch.append(np.ones(spec.shape, dtype=bool))
             elif spec.dtype.startswith("int"):
-                batch.append(rng.integers(4, manifest.model["config"]["vocab_size"], spec.shape).astype(spec.dtype))
+                batch.append(rng.integers(4, manifest.model.config["vocab_size"], spec.shape).astype(spec.dtype))
             elif manifest.input == "images":
                 pre = manifest.preprocessing
                 pixels = rng.random(spec.shape, dtype=np.float32)

@@ -3,7 +3,7 @@
     python benchmarks/pipeline.py [--frontends mobilenet_v3_large,efficientnet_b0,resnet50,RN50,ViT-B-32,ViT-B-16,ViT-L-14]
         [--captioners smart,pma-edge,m2] [--backends torch,onnxruntime,onnxruntime-int8,tensorrt]
         [--batches 1,4] [--frames N] [--warmup N] [--threads N] [--image-size PX]
-        [--out DIR] [--workdir DIR] [--lock FILE] [--resume] [--quick] [--replot]
+        [--detector MODEL.onnx] [--out DIR] [--workdir DIR] [--lock FILE] [--resume] [--quick] [--replot]
 
 Every configuration is a real bundle (`edgecap export`: the front end's visual graph, the
 captioner's encoder and decoder-step graphs; fp32 or dynamic int8) or, for `torch`, the same
@@ -13,8 +13,10 @@ worst case). Each configuration runs in its own process, as a robot would run it
 without torch importable (the robot install), on pre-rendered 640 x 480 frames of the synthetic
 world whose objects are known, so coverage is scored as on the robot. Per row:
 
-- time per stage of a batch (preprocess, visual, encoder, decode, coverage): medians over
-  `--frames` batches after `--warmup`; the total's p50 / p95 / p99;
+- time per stage of a batch (preprocess, visual, encoder, decode, coverage, and with
+  `--detector` the object detector on the same frames, as `edgecap run --detector` runs it,
+  whose objects coverage then scores): medians over `--frames` batches after `--warmup`; the
+  total's p50 / p95 / p99;
 - captions per second sustained under a 15 fps and a 30 fps camera with the run loop's
   newest-frame policy (a batch of B takes the newest frame of each of B cameras): the measured
   batch latencies replayed against the camera clock for 60 s, frames dropped counted;
@@ -62,7 +64,8 @@ FRONTENDS = ("mobilenet_v3_large", "efficientnet_b0", "resnet50", "RN50", "ViT-B
 CAPTIONERS = ("smart", "pma-edge", "m2")
 BACKENDS = ("torch", "onnxruntime", "onnxruntime-int8", "tensorrt")
 STAGES = ("preprocess", "visual", "encoder", "decode", "coverage")
-STAGE_COLORS = ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:purple")
+ROW_STAGES = (*STAGES, "detector")  # a row's stages: --detector's beside the captioner's (0 without one)
+STAGE_COLORS = ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:red")
 CAMERA_FPS = (15, 30)
 FRAME_SHAPE = (480, 640)  # a 4:3 robot camera
 BEAM, MAX_LEN, VOCAB = 3, 20, 10000
@@ -106,6 +109,9 @@ def parse_args(argv=None):
                         "one row per bundle (batch B) and C")
     p.add_argument("--camera-fps", type=POSITIVE, default=15.0, help="frame rate of each --cameras camera")
     p.add_argument("--seconds", type=POSITIVE, default=20.0, help="how long each --cameras row runs")
+    p.add_argument("--detector", default="", metavar="MODEL.onnx",
+                   help="also run this ONNX object detector on every batch (edgecap run --detector; e.g. "
+                        "yolov3-tiny from tools/darknet_to_onnx.py): its own column, and coverage scores its objects")
     p.add_argument("--child", help=argparse.SUPPRESS)  # JSON job: measure one configuration in this process
     args = p.parse_args(argv)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
@@ -289,23 +295,35 @@ def measure(job: dict) -> dict:
         pipeline = TorchPipeline(Path(job["checkpoint"]), job["threads"])
     else:
         pipeline = BundlePipeline(Path(job["bundle"]), job["threads"])
-    coverage = CoverageAnnotator(log=lambda *_: None)
+    detector = None
+    if job.get("detector"):  # the captioner's own threads budget and provider, as edgecap run opens it
+        from edgecap.runtime.detector import Detector, coverage_vocabulary
+
+        detector = Detector.load(job["detector"], providers=["CPUExecutionProvider"], threads=job["threads"])
+        detector.warm_up()
+    coverage = CoverageAnnotator(log=lambda *_: None,
+                                 vocabulary=None if detector is None else coverage_vocabulary(detector))
     coverage.warm_up()
     pool = frames_with_objects(max(8, batch * 2))
-    stages: dict[str, list[float]] = {s: [] for s in STAGES}
+    stages: dict[str, list[float]] = {s: [] for s in ROW_STAGES}
     totals, scores, sample = [], [], ""
     for i in range(job["warmup"] + job["frames"]):
         chosen = [pool[(i * batch + c) % len(pool)] for c in range(batch)]  # one frame per camera
         texts, ms = pipeline.caption([image for image, _ in chosen])
+        if detector is not None:  # its objects replace the world's, as in edgecap run --detector
+            found = detector.detect([image for image, _ in chosen])
+            ms["detector"] = detector.latency_ms
+            chosen = [(image, objects) for (image, _), objects in zip(chosen, found, strict=True)]
         t0 = time.perf_counter()
         scored = [coverage.score(text, objects) for text, (_, objects) in zip(texts, chosen, strict=True)]
         ms["coverage"] = (time.perf_counter() - t0) * 1e3
         if i < job["warmup"]:
             continue
-        for s in STAGES:
+        for s in ROW_STAGES:
             stages[s].append(ms.get(s, 0.0))
-        totals.append(sum(ms.get(s, 0.0) for s in STAGES))
-        scores += [s[0][">1%"] for s in scored if s is not None and ">1%" in s[0]]
+        totals.append(sum(ms.get(s, 0.0) for s in ROW_STAGES))
+        # None: no object above the threshold (a frame the detector finds empty)
+        scores += [s[0][">1%"] for s in scored if s is not None and s[0].get(">1%") is not None]
         sample = texts[0]
     return {"stage_ms": {s: percentile(v, 50) for s, v in stages.items()}, "totals_ms": totals,
             "coverage_on": coverage.enabled, "mean_coverage": sum(scores) / len(scores) if scores else None,
@@ -549,7 +567,7 @@ def measure_config(cfg: Config, prepared: dict, args) -> dict:
         return {**row, "status": "failed", "reason": f"export: {prepared.get('reason', '')}"}
     ckpt = Path(prepared["checkpoint"])
     job = {"backend": cfg.backend, "batch": cfg.batch, "frames": args.frames, "warmup": args.warmup,
-           "threads": args.threads, "checkpoint": str(ckpt)}
+           "threads": args.threads, "checkpoint": str(ckpt), "detector": args.detector}
     if cfg.backend != "torch":
         made = prepared[cfg.key]
         if "bundle" not in made:
@@ -688,8 +706,8 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(9, 0.28 * len(ok) + 1.6))
         labels = [f"{r['frontend']} · {r['captioner']} · {r['backend']}" for r in ok]
         left = [0.0] * len(ok)
-        for stage, color in zip(STAGES, STAGE_COLORS, strict=True):
-            values = [r[f"{stage}_ms"] for r in ok]
+        for stage, color in zip(ROW_STAGES, STAGE_COLORS, strict=True):
+            values = [r.get(f"{stage}_ms") or 0.0 for r in ok]  # rows measured before --detector lack its stage
             ax.barh(range(len(ok)), values, left=left, color=color, label=stage)
             left = [a + b for a, b in zip(left, values, strict=True)]
         ax.set_yticks(range(len(ok)), labels, fontsize=7)
@@ -706,6 +724,7 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
 COLUMNS = [("frontend", "front end", "s"), ("captioner", "captioner", "s"), ("backend", "backend", "s"),
            ("batch", "B", "d"), ("preprocess_ms", "pre", ".1f"), ("visual_ms", "visual", ".1f"),
            ("encoder_ms", "enc", ".1f"), ("decode_ms", "decode", ".1f"), ("coverage_ms", "cov", ".1f"),
+           ("detector_ms", "det", ".1f"),
            ("total_p50_ms", "p50", ".0f"), ("total_p95_ms", "p95", ".0f"), ("total_p99_ms", "p99", ".0f"),
            ("cam15_captions_per_s", "cap/s@15", ".2f"), ("cam15_dropped_pct", "drop%@15", ".0f"),
            ("cam30_captions_per_s", "cap/s@30", ".2f"), ("cam30_dropped_pct", "drop%@30", ".0f"),
@@ -805,7 +824,8 @@ def main(argv=None) -> int:
     rows.sort(key=table_order)
     report["complete"] = True
     write_outputs(report, out)
-    print_table([r for r in rows if r["status"] == "ok"], COLUMNS[:4] + COLUMNS[9:12] + [COLUMNS[12], COLUMNS[16]])
+    brief = ("total_p50_ms", "total_p95_ms", "total_p99_ms", "cam15_captions_per_s", "rss_mb")
+    print_table([r for r in rows if r["status"] == "ok"], COLUMNS[:4] + [c for c in COLUMNS if c[0] in brief])
     if report["camera_rows"]:
         print_table([r for r in report["camera_rows"] if r["status"] == "ok"], CAMERA_COLUMNS[:11])
     for r in rows:
@@ -824,7 +844,7 @@ def previous_rows(path: Path, settings: dict) -> dict:
     if not path.is_file():
         return {}
     old = json.loads(path.read_text())
-    same = ("frames", "warmup", "threads", "image_size", "quick")
+    same = ("frames", "warmup", "threads", "image_size", "quick", "detector")
     if any(old.get("settings", {}).get(k) != settings.get(k) for k in same):
         raise SystemExit(f"--resume: {path} was measured with other settings "
                          f"({ {k: old.get('settings', {}).get(k) for k in same} })")

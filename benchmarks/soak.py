@@ -31,7 +31,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO, host_info, print_table, save_png, write_csv, write_json  # noqa: E402
+from _common import (  # noqa: E402
+    REPO,
+    check_folder_arg,
+    host_info,
+    one_line_errors,
+    print_table,
+    save_png,
+    write_csv,
+    write_json,
+)
 
 from edgecap.argtypes import BEAM, COUNT, IMAGE_SIDE, POSITIVE, Integer, Parser  # noqa: E402
 
@@ -54,19 +63,22 @@ def parse_args(argv=None):
     p.add_argument("--size", type=IMAGE_SIDE, default=64, help="side of the synthetic world's frames")
     p.add_argument("--beam", type=BEAM, default=1)
     p.add_argument("--interval", type=POSITIVE, default=0.25, help="seconds between RSS samples")
-    p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "soak"))
+    p.add_argument("--out", default=None, help="results folder (default benchmarks/results/soak; with "
+                                               "--reanalyse, the run's own folder)")
     p.add_argument("--quick", action="store_true", help="a few hundred frames (tests)")
     args = p.parse_args(argv)
-    args.recorded = None
+    args.recorded = args.samples = None
     if args.reanalyse:
         args.recorded = _recorded_run(Path(args.reanalyse) / "soak.json", p)
-        if not (Path(args.reanalyse) / "soak_samples.csv").is_file():
-            p.error(f"--reanalyse: {Path(args.reanalyse) / 'soak_samples.csv'} is missing; "
-                    "expected the samples soak.py writes beside soak.json")
+        args.samples = _recorded_samples(Path(args.reanalyse) / "soak_samples.csv", args.recorded, p)
         run = args.recorded["args"]
         args.frames = run["frames"]
         args.warmup = run["warmup"] if args.warmup is None else args.warmup
-        args.out = args.reanalyse
+    if args.out is None:
+        args.out = args.reanalyse or str(REPO / "benchmarks" / "results" / "soak")
+    check_folder_arg(p, args.out)
+    if args.checkpoint is not None and not Path(args.checkpoint).is_file():
+        p.error(f"--checkpoint {args.checkpoint}: no such file (an edgecap checkpoint, .pt)")
     if args.warmup is None:
         args.warmup = 2000
     if args.quick:
@@ -89,6 +101,29 @@ def _recorded_run(path: Path, parser) -> dict:
         parser.error(f"--reanalyse: {path} lacks 'args' (with 'frames' and 'warmup') or 'rows'; "
                      "expected what soak.py writes")
     return recorded
+
+
+SAMPLE_COLUMNS = ("mode", "seconds", "frames", "rss_bytes")
+
+
+def _recorded_samples(path: Path, recorded: dict, parser) -> list[dict]:
+    """The soak_samples.csv of a finished run, or a one-line error naming what is wrong with it."""
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        samples = [{"mode": s["mode"], "seconds": float(s["seconds"]), "frames": int(s["frames"]),
+                    "rss_bytes": int(s["rss_bytes"])} for s in rows]
+    except OSError as exc:
+        parser.error(f"--reanalyse: cannot read {path} ({exc.strerror}); expected the samples soak.py writes "
+                     "beside soak.json")
+    except (KeyError, TypeError, ValueError, csv.Error) as exc:
+        parser.error(f"--reanalyse: {path} is not soak.py's samples ({type(exc).__name__}: {exc}); expected the "
+                     f"columns {', '.join(SAMPLE_COLUMNS)} with numbers")
+    measured = {r.get("mode") for r in recorded["rows"] if isinstance(r, dict) and r.get("status") == "ok"}
+    missing = sorted(str(m) for m in measured - {s["mode"] for s in samples})
+    if missing:
+        parser.error(f"--reanalyse: {path} holds no samples of {', '.join(missing)}, which soak.json lists as run")
+    return samples
 
 
 def make_bundle(args, workdir: Path) -> Path:
@@ -220,10 +255,7 @@ def plot(samples: list[dict], rows: list[dict], warmup: int, path: Path) -> Path
 
 def reanalysed(args) -> tuple[dict, list[dict], list[dict]]:
     """(soak.json, rows, samples) of a finished run, its rows fitted again with `args`."""
-    recorded = dict(args.recorded)
-    with (Path(args.reanalyse) / "soak_samples.csv").open(newline="") as fh:
-        samples = [{"mode": s["mode"], "seconds": float(s["seconds"]), "frames": int(s["frames"]),
-                    "rss_bytes": int(s["rss_bytes"])} for s in csv.DictReader(fh)]
+    recorded, samples = dict(args.recorded), args.samples
     rows = []
     for row in recorded["rows"]:
         if row["status"] == "ok":
@@ -234,14 +266,15 @@ def reanalysed(args) -> tuple[dict, list[dict], list[dict]]:
     return recorded, rows, samples
 
 
+@one_line_errors
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     if args.reanalyse:
         recorded, rows, samples = reanalysed(args)
         host, allocator_env, run_args = recorded["host"], recorded.get("allocator_env", {}), recorded["args"]
     else:
-        out.mkdir(parents=True, exist_ok=True)
         rows, samples = [], []
         with tempfile.TemporaryDirectory(prefix="edgecap-soak-") as tmp:
             bundle = make_bundle(args, Path(tmp))
@@ -268,7 +301,7 @@ def main(argv=None) -> int:
                   + ("too few samples" if grew is None else f"{grew:.2f} MB per 100k frames, RSS {span['rss_end_mb']} MB"))
     write_json(out / "soak.json", {"host": host, "args": run_args, "goal_mb_per_100k": GOAL_MB_PER_100K,
                                    "allocator_env": allocator_env, "rows": rows})
-    if not args.reanalyse:
+    if not args.reanalyse or out.resolve() != Path(args.reanalyse).resolve():  # --out OTHER gets the samples too
         write_csv(out / "soak_samples.csv", samples)
     plot(samples, rows, args.warmup, out / "soak.png")
     print(f"wrote {out / 'soak.json'}, {out / 'soak.png'}")

@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO, host_info, print_table, write_json  # noqa: E402
+from _common import REPO, check_folder_arg, host_info, one_line_errors, print_table, write_json  # noqa: E402
 
 from edgecap.argtypes import COUNT, Parser  # noqa: E402
 
@@ -66,9 +66,15 @@ def parse_args(argv=None):
     p.add_argument("--stages", nargs=3, metavar=("BUNDLE", "SOURCE", "COVERAGE"), help=argparse_hidden())
     args = p.parse_args(argv)
     args.bundles = [b.strip() for b in args.bundles.split(",") if b.strip()]
+    if not args.bundles:
+        p.error(f"--bundles names no bundle; choose from {', '.join(BUNDLES)}")
     for name in args.bundles:
         if name not in BUNDLES:
             p.error(f"unknown bundle {name!r}; choose from {', '.join(BUNDLES)}")
+    if not args.stages:
+        check_folder_arg(p, args.out)
+        if args.workdir:
+            check_folder_arg(p, args.workdir, "--workdir")
     if args.quick:
         args.bundles, args.repeats = ["demo"], 1
     return args
@@ -160,9 +166,9 @@ def stages_main(bundle: str, source: str, coverage: str) -> int:
     stamps = {"start": time.monotonic()}
     if coverage in ("robot", "background"):
         sys.modules["torch"] = None
+    from edgecap.contract.manifest import load_manifest
     from edgecap.runtime import command  # noqa: F401  (what `edgecap run` imports first)
     from edgecap.runtime.captioner import Captioner
-    from edgecap.runtime.manifest import load_manifest
     from edgecap.runtime.scoring import CoverageAnnotator
     from edgecap.runtime.sources import make_source
     stamps["imports"] = time.monotonic()
@@ -230,6 +236,7 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@one_line_errors
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.stages:

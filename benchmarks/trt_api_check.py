@@ -56,9 +56,9 @@ if sys.argv[1] == "tensorrt":
     import importlib
     trt = importlib.import_module(sys.argv[2])
     uses = [u for u in trt_api.api_uses(sources) if u.owner != trt_api.CUDA_ROLE]
-    major = trt_api.tensorrt_major(trt.__version__)
-    checked = [u for u in uses if major in u.majors]
-    print(json.dumps({"version": trt.__version__, "checked": len({u.name for u in checked}),
+    release = trt_api.release_of(trt)
+    checked = [u for u in uses if release in u.apis]
+    print(json.dumps({"version": trt.__version__, "release": release, "checked": len({u.name for u in checked}),
                       "uses": len(checked), "problems": trt_api.missing_api(trt, uses)}))
 else:
     from cuda.bindings import runtime as cudart
@@ -124,12 +124,13 @@ def run_child(kind: str, module: str, pythonpath: Path, libs: Path | None, sourc
                           capture_output=True, text=True)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"version": pythonpath.name, "checked": 0, "uses": 0, "problems": [f"could not import: {last}"]}
+        return {"version": pythonpath.name, "release": "", "checked": 0, "uses": 0,
+                "problems": [f"could not import: {last}"]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
-    from edgecap.runtime.engines import SUPPORTED_TENSORRT, tensorrt_major
+    from edgecap.runtime.tensorrt_dist import SUPPORTED_RELEASES, tensorrt_major
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("bindings", nargs="*", type=Path, help="tensorrt-cu12-bindings wheels or unpacked directories")
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
             module, version = tensorrt_package(root)
             major = str(tensorrt_major(version))
             result = run_child("tensorrt", module, root, stub_libraries(major, work), args.sources)
-            supported = tensorrt_major(result["version"]) in SUPPORTED_TENSORRT
+            supported = result.get("release") in SUPPORTED_RELEASES
             failed |= supported and bool(result["problems"])
             rows.append(("tensorrt", result, supported))
         for source in cuda_sources:

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import-m2": ("edgecap.models.import_m2_command", "convert an official M2 Transformer checkpoint to edgecap"),
     "index": ("edgecap.retrieval.command", "build the RA-Transformer caption retrieval index (FAISS)"),
     "ros2": ("edgecap.ros2.command", "caption a ROS 2 camera topic live: captions, coverage, /diagnostics (rclpy)"),
+    "fleet": ("edgecap.fleet.command", "caption a fleet's robot logs on a Ray cluster: caption logs, one Parquet dataset, resumable"),
 }
 
 

@@ -12,6 +12,8 @@ that every complete file ends with:
   holds for its last one. Bytes after the end-of-image marker (some cameras append a trailer)
   are allowed.
 - PNG: the IEND chunk must be there (libpng itself refuses most cut PNGs, but not all).
+- Nothing at all (a file created but never written, a copy that died at once) is damage too:
+  OpenCV's `imdecode` fails an assertion on an empty buffer instead of returning None.
 
 Other formats are left to their decoder.
 """
@@ -24,6 +26,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def damage(data: bytes) -> str | None:
     """Why the encoded image `data` is not whole (one phrase), or None."""
+    if not data:  # OpenCV's imdecode asserts on an empty buffer rather than returning None
+        return "empty (0 bytes)"
     if data.startswith(JPEG_START):
         scan = data.rfind(JPEG_SCAN)
         if scan < 0:

@@ -77,7 +77,8 @@ class DirKind:
 
 
 BUNDLE = DirKind("bundle", "manifest.json", "format", "edgecap-bundle",
-                 ("manifest.json", "*.onnx", "*.onnx.data", "*.engine", "retrieval"))
+                 # coverage_vectors.npz: coverage's word vectors (edgecap.metrics.glove.SUBSET_FILE)
+                 ("manifest.json", "*.onnx", "*.onnx.data", "*.engine", "retrieval", "coverage_vectors.npz"))
 RETRIEVAL_INDEX = DirKind("retrieval index", "index.json", "format", "edgecap-retrieval-index",
                           ("index.json", "index.faiss", "captions.json", "neighbours.npy"))
 SYNTHETIC_WORLD = DirKind("synthetic world", "synth.json", "generator", "edgecap.data.synth",
@@ -184,14 +185,58 @@ def write_error(exc: OSError, target: Path, flag: str = "", within: Path | None 
     With `within`, an error naming a path is one only when that path lies under `within`
     (a missing input file read while writing is not a write error).
     """
-    if exc.errno not in _WRITE_ERRNOS:
-        return None
+    if exc.errno not in _WRITE_ERRNOS or _inside_a_work_dir(target):
+        return None  # a file inside an output being built: its writer names that output
     if within is not None and exc.errno not in _FULL_ERRNOS:
         named = exc.filename and os.path.abspath(exc.filename).startswith(str(within) + os.sep)
         if not named:
             return None
     where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(target) else ""
-    return EdgecapError(f"cannot write {flag + ' ' if flag else ''}{target}: {exc.strerror}{where}")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where += f" ({free_space(target)})"
+    return EdgecapError(f"cannot write {flag + ' ' if flag else ''}{target}: {exc.strerror or os.strerror(exc.errno)}"
+                        f"{where}")
+
+
+def _inside_a_work_dir(target: Path) -> bool:
+    """Whether `target` lies in a work directory this process has open (manifest.json written
+    into a bundle being built): an error there is the enclosing output's to report."""
+    target = Path(os.path.abspath(target))
+    return any(work.path is not None and work.path in target.parents for work in list(_OPEN))
+
+
+def is_full(exc: BaseException) -> bool:
+    """An OSError that says the disk (or the user's quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_space(path: str | os.PathLike) -> str:
+    """'12 kB free on /mnt/card': what is left on the file system `path` is (or would be) on,
+    for the one line a full disk gives."""
+    where = nearest_existing(path)
+    free = free_bytes(where)
+    if free is None:
+        return "free space unknown"
+    mount = where
+    while not os.path.ismount(mount) and mount.parent != mount:
+        mount = mount.parent
+    return f"{_human_bytes(free)} free on {mount}"
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """Bytes free for this user on the file system `path` is (or would be) on; None if unknown."""
+    try:
+        return shutil.disk_usage(nearest_existing(path)).free
+    except OSError:
+        return None
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
 
 
 # -- work directories: private, locked, renamed into place -----------------------------------
@@ -308,8 +353,13 @@ def glob_escape(name: str) -> str:
 
 def _remove_tree(work: Path) -> None:
     """Delete a work directory, its lock file last, so a half-removed one is never mistaken
-    for an orphan by someone else while we still hold the lock."""
-    for entry in work.iterdir():
+    for an orphan by someone else while we still hold the lock. One already gone is fine: a
+    signal can end a first removal half-way, and the cleanup after it removes what is left."""
+    try:
+        entries = list(work.iterdir())
+    except FileNotFoundError:
+        return
+    for entry in entries:
         if entry.name == LOCK_NAME:
             continue
         if entry.is_dir() and not entry.is_symlink():
@@ -353,6 +403,10 @@ class WorkDir:
         self.target, self.flag = _absolute(target, flag), flag
         self.fd: int | None = None
         self.path: Path | None = None
+        self.committed = False
+        # the folders made for the target, removed again (when empty) if nothing is committed:
+        # a write that fails (a full disk) leaves no empty --out folder behind
+        self._made = [d for d in (self.target.parent, *self.target.parent.parents) if not d.exists()]
         remove_orphans(self.target)
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
@@ -401,6 +455,7 @@ class WorkDir:
             os.replace(tmp, self.target)
         except OSError as exc:
             raise write_error(exc, self.target, self.flag, within=self.path) or exc from None
+        self.committed = True
 
     def finish(self, complete, tmp: Path | None = None) -> None:
         """The ending of an output written over a run (a video, an MCAP or rerun log):
@@ -413,12 +468,19 @@ class WorkDir:
             self.close()
 
     def close(self) -> None:
+        """Remove the work directory and release its lock. It may run twice (a second Ctrl-C
+        in the middle of it, then `close_work_dirs`): each step is safe to repeat."""
         if self in _OPEN and self.path is not None:
             _remove_tree(self.path)
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        fd, self.fd = self.fd, None  # cleared first: a second close must not close the fd again
+        if fd is not None:
+            os.close(fd)
         _OPEN.discard(self)
+        if not self.committed:
+            for folder in self._made:  # deepest first; one something else was put into stays
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            self._made = []
 
 
 class RunOutput:
@@ -478,6 +540,30 @@ def atomic_path(path: str | os.PathLike, suffix: str = "", flag: str = ""):
 
 
 @contextlib.contextmanager
+def atomic_files(paths: list[str | os.PathLike], flag: str = ""):
+    """Several files that make one output (a report and its charts), in a directory that may
+    hold anything else: yield a temporary path for each (same name, in a work directory beside
+    it); only once the block has written them all is each renamed onto its target. A failure
+    (a full disk at the last chart) leaves every target as it was. A temporary the block did
+    not write (a chart with nothing to draw) leaves its target alone."""
+    works: list[WorkDir] = []
+    try:
+        for path in paths:
+            works.append(WorkDir(path, flag))
+        tmps = [work.file() for work in works]
+        yield tmps
+        for work, tmp in zip(works, tmps, strict=True):
+            if tmp.exists():
+                work.commit(tmp)
+    except OSError as exc:  # named by the folder the output goes into: any of its files may have failed
+        folder = Path(os.path.abspath(paths[0])).parent
+        raise write_error(exc, folder, flag, within=folder) or exc from None
+    finally:
+        for work in reversed(works):  # the first made the folder: it goes last, once empty
+            work.close()
+
+
+@contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, kind: DirKind, force: bool = False, flag: str = "--out"):
     """Yield a temporary directory beside `path`; move it onto `path` on success.
 
@@ -503,10 +589,29 @@ def atomic_dir(path: str | os.PathLike, kind: DirKind, force: bool = False, flag
                 if os.path.lexists(old):
                     os.replace(old, target)
                 raise
+            work.committed = True
     except OSError as exc:
         raise write_error(exc, target, flag, within=work.path) or exc from None
     finally:
         work.close()
+
+
+def append_whole(fh, data: bytes, target: str | os.PathLike, flag: str = "") -> None:
+    """Append `data` (whole lines) to the unbuffered binary file `fh` (open(..., "ab" or "wb",
+    buffering=0)), which is written in place: a caption or metrics log that a killed run must
+    leave readable. When the write fails part-way (a full disk), the file is cut back to where it
+    was, so it still ends with a whole line, and the one-line error names the file (and the free
+    space); nothing is left in a buffer to fail again when the file is closed."""
+    start = os.fstat(fh.fileno()).st_size
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[fh.write(view):]
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fh.fileno(), start)
+            fh.seek(start)  # a file opened "wb" would go on past the cut, leaving a hole of NUL bytes
+        raise write_error(exc, Path(target), flag) or exc from None
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

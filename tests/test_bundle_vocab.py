@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from edgecap.runtime.manifest import ManifestError  # noqa: E402
+from edgecap.contract.manifest import ManifestError  # noqa: E402
 from edgecap.runtime.session import Bundle  # noqa: E402
 from tests._export_util import cnn_bundle  # noqa: E402
 

@@ -83,15 +83,35 @@ def test_eval_coco_reads_what_caption_wrote(ckpt, tmp_path, capfd):
     assert "PTBTokenizer" not in captured.err and captured.err.strip() == ""
 
 
-def test_bad_inputs_are_one_line_and_write_nothing(ckpt, tmp_path, run_cli):
+def test_caption_of_a_folder_with_an_empty_and_an_undecodable_image_skips_and_names_them(ckpt, tmp_path, run_cli):
     folder = tmp_path / "imgs"
-    _images(folder, ["a.png"])
+    _images(folder, ["c.png", "d.png"])
+    (folder / "a.png").write_bytes(b"")           # created, never written (was a cv2.error traceback)
     (folder / "b.png").write_bytes(b"not a png")
     out = tmp_path / "preds.json"
     code, _, err = run_cli("caption", ckpt, folder, "--json", out, "--quiet")
-    assert code == 1 and len(err.strip().splitlines()) == 1
-    assert f"cannot read image {folder / 'b.png'}" in err and not out.exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".preds")]
+    assert code == 0, err
+    assert [r["image_id"] for r in json.loads(out.read_text())] == ["c.png", "d.png"]
+    lines = err.strip().splitlines()
+    assert f"edgecap caption: skipped: {folder / 'a.png'}: empty (0 bytes)" in lines
+    assert f"edgecap caption: skipped: {folder / 'b.png'}: cannot decode frame" in lines
+    assert lines[-1] == ("edgecap caption: 2 of 4 images skipped (empty, damaged or undecodable: named above); "
+                         "2 captioned")
+
+
+def test_caption_of_only_unreadable_images_is_one_line_and_writes_nothing(ckpt, tmp_path, run_cli):
+    (tmp_path / "a.png").write_bytes(b"")
+    out = tmp_path / "preds.json"
+    code, _, err = run_cli("caption", ckpt, tmp_path / "a.png", "--json", out, "--quiet")
+    assert code == 1
+    assert err.strip().splitlines() == [f"edgecap caption: error: cannot read image {tmp_path / 'a.png'}: "
+                                        f"empty (0 bytes); nothing written to {out}"]
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".preds")]
+
+
+def test_bad_inputs_are_one_line_and_write_nothing(ckpt, tmp_path, run_cli):
+    folder = tmp_path / "imgs"
+    _images(folder, ["a.png"])
 
     (tmp_path / "empty").mkdir()
     code, _, err = run_cli("caption", ckpt, tmp_path / "empty")

@@ -298,7 +298,39 @@ def test_unmatched_image_ids_go_into_the_summary(tmp_path):
     _run(tmp_path, folder, results)
     summary = json.loads((tmp_path / "run.summary.json").read_text())
     assert summary["detections"] == {"path": str(tmp_path / "coco_instances_results.json"), "format": "coco results",
-                                     "ids": 4, "unmatched_ids": 3, "unmatched_examples": [9, 555, 777]}
+                                     "ids": 4, "unmatched_ids": 3, "unmatched_examples": [9, 555, 777],
+                                     "boxes_outside_frame": 0}
+
+
+def test_a_detectors_boxes_past_the_frame_edge_are_clipped_and_one_wholly_outside_is_dropped(tmp_path, capsys):
+    """COCO [-50, -50, 60, 60] on a 96 x 96 frame was recorded as [-50, -50, 9, 9] with area 0.39;
+    only 10 x 10 pixels of it are in view. [5000, 5000, 60, 60] counted as in view at every threshold."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "139.png"), solid(RED, size=96))
+    results = [{"image_id": 139, "category_id": 47, "bbox": [-50, -50, 60, 60], "score": 0.9},     # cup
+               {"image_id": 139, "category_id": 51, "bbox": [5000, 5000, 60, 60], "score": 0.9},   # bowl
+               {"image_id": 139, "category_id": 44, "bbox": [90, 40, 30, 10], "score": 0.9}]       # bottle
+    recs = _run(tmp_path, folder, results)
+    assert recs["139.png"]["objects"] == [
+        {"class": "cup", "box": [0.0, 0.0, 9.0, 9.0], "area": round(100 / 96**2, 6), "box_area": round(100 / 96**2, 6)},
+        {"class": "bottle", "box": [90.0, 40.0, 95.0, 49.0], "area": round(60 / 96**2, 6),
+         "box_area": round(60 / 96**2, 6)}]
+    summary = json.loads((tmp_path / "run.summary.json").read_text())
+    assert summary["detections"]["boxes_outside_frame"] == 1
+    assert "1 box lay wholly outside the captioned frame: left out" in capsys.readouterr().err
+
+
+def test_clipping_is_by_inclusive_pixels_at_every_edge():
+    from edgecap.contract.objects import clip_box, objects_in_view
+
+    assert clip_box((-50, -50, 9, 9), 96, 96) == (0.0, 0.0, 9.0, 9.0)
+    assert clip_box((90, 90, 200, 95), 96, 96) == (90.0, 90.0, 95.0, 95.0)
+    assert clip_box((96, 0, 120, 10), 96, 96) is None          # starts just past the right edge
+    assert clip_box((-20, 0, -1, 10), 96, 96) is None          # ends just before the left edge
+    assert clip_box((-20, 0, 0, 10), 96, 96) == (0.0, 0.0, 0.0, 10.0)  # one column in view
+    objects, outside = objects_in_view([("cup", (-5, -5, 4, 4), None), ("bowl", (0, 200, 5, 300), 0.2)], 10, 10)
+    assert [(o.cls, o.box, o.area) for o in objects] == [("cup", (0.0, 0.0, 4.0, 4.0), 0.25)] and outside == 1
 
 
 def test_a_results_file_naming_no_image_of_the_folder_is_refused_before_the_run(tmp_path):
@@ -319,3 +351,31 @@ def test_a_results_file_naming_no_image_of_the_folder_is_refused_before_the_run(
     lines.write_text('{"frame_id": 5, "objects": []}\n')
     with pytest.raises(EdgecapError, match=r"none of its 1 frame_ids \(5\) is one of the positions of its 2 images"):
         execute(Captioner(FakeBundle()), RunSettings(source=str(folder), detections=str(lines)), out=io.StringIO())
+
+
+def test_a_coco_annotation_file_given_as_detections_is_named_as_one(tmp_path):
+    """It said "'frame_id' must be an integer"; the user had the ground truth, not a detector's output."""
+    annotations = {"info": {"description": "val"}, "licenses": [],
+                   "images": [{"id": 139, "file_name": "000000000139.jpg", "width": 20, "height": 20}],
+                   "annotations": [{"id": 1, "image_id": 139, "category_id": 47, "bbox": [0, 0, 5, 5], "area": 25,
+                                    "iscrowd": 0, "segmentation": [[0, 0, 5, 0, 5, 5, 0, 5]]}],
+                   "categories": [{"id": 47, "name": "cup", "supercategory": "kitchen"}]}
+    for indent in (None, 2):  # as written by json.dump, on one line or pretty-printed
+        path = tmp_path / "instances_val2017.json"
+        path.write_text(json.dumps(annotations, indent=indent))
+        coco = pytest.importorskip("pycocotools.coco")
+        assert coco.COCO(str(path)).getAnnIds() == [1]  # what pycocotools reads as ground truth
+        with pytest.raises(EdgecapError) as info:
+            Detections(path)
+        assert str(info.value).startswith(f"--detections {path}: a COCO annotation file (ground truth: images, "
+                                          "annotations, categories), not detector results")
+
+
+def test_an_empty_results_array_means_the_detector_found_nothing(tmp_path):
+    """`[]` is what detectron2's COCOEvaluator and ultralytics write when nothing was detected;
+    it was refused as "not COCO detection results"."""
+    folder = _folder(tmp_path, [("139.png", RED), ("285.png", GREEN)])
+    recs = _run(tmp_path, folder, [])
+    assert {k: r["objects"] for k, r in recs.items()} == {"139.png": [], "285.png": []}
+    summary = json.loads((tmp_path / "run.summary.json").read_text())
+    assert summary["detections"]["ids"] == 0 and summary["frames_captioned"] == 2

@@ -140,7 +140,8 @@ def test_dropped_nouns_empty_captions_and_counts(scorer):
 
 
 def test_unknown_gt_class_is_scored_and_reported(scorer):
-    res = scorer.score(["a tray"], [{"tray": 0.2, "bowl": 0.2}])[0]
+    with pytest.warns(UserWarning, match="class 'tray' of the objects"):
+        res = scorer.score(["a tray"], [{"tray": 0.2, "bowl": 0.2}])[0]
     assert res.coverage[0.01] == pytest.approx(0.5)
     assert res.unknown_classes == ["tray"]
 

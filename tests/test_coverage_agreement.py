@@ -92,3 +92,32 @@ def test_edgecap_run_scores_coco_detections_against_their_categories(tmp_path):
     lines = tmp_path / "det.jsonl"
     lines.write_text(json.dumps({"frame_id": 0, "objects": [{"class": "cup", "box": [0, 0, 5, 5]}]}) + "\n")
     assert _coverage_vocabulary(Detections(lines)) is None  # the scorer's default: ACVR's 30
+
+
+def test_default_class_set_api_eval_and_run_agree_on_coco_named_objects(run_cli, tmp_path):
+    """With no class set named (the API's default, `eval coverage --records`, `edgecap run
+    --detections FILE.jsonl`), COCO-named objects bring their class names into the set: all three
+    give each frame the same coverage and the same hallucinated mentions."""
+    from edgecap.runtime.command import _coverage_vocabulary
+    from edgecap.runtime.detections import Detections
+
+    lines = tmp_path / "det.jsonl"
+    lines.write_text("".join(json.dumps({"frame_id": i, "objects": [{"class": c, "box": [0, 0, 5, 5]} for c in gt]})
+                             + "\n" for i, (_, gt) in enumerate(FRAMES)))
+    annotator = CoverageAnnotator(vocabulary=_coverage_vocabulary(Detections(lines)), log=lambda line: None)
+    live = [annotator.score(caption, _objects(gt)) for caption, gt in FRAMES]
+    api = CoverageScorer(warn=lambda line: None).score([c for c, _ in FRAMES], [g for _, g in FRAMES])
+    log = tmp_path / "run.jsonl"
+    with log.open("w") as fh:
+        for i, (caption, gt) in enumerate(FRAMES):
+            fh.write(json.dumps({"source": "cam", "frame_id": i, "caption": caption,
+                                 "objects": [o.to_json() for o in _objects(gt)]}) + "\n")
+    code, _, err = run_cli("eval", "coverage", "--records", log, "--out", tmp_path / "e", "--no-plot")
+    assert code == 0, err
+    images = json.loads((tmp_path / "e" / "coverage.json").read_text())["files"]["run"]["images"]
+    for i, ((coverage, mentioned), result) in enumerate(zip(live, api, strict=True)):
+        assert coverage == {threshold_label(t): v for t, v in result.coverage.items()}
+        assert images[str(i)]["coverage"] == pytest.approx(coverage, abs=1e-6)
+        assert [(h["noun"], h["class"]) for h in mentioned.hallucinated] == result.hallucinated
+        assert images[str(i)]["hallucinated"] == [list(h) for h in result.hallucinated]
+    assert live[1][0][">1%"] < 0.9  # "a dog next to a bear" against hot dog and teddy bear

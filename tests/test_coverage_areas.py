@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from edgecap.data.acvr import box_fraction, load_sequences, object_area
+from edgecap.contract.objects import box_fraction, object_area
+from edgecap.data.acvr import load_sequences
 from edgecap.data.synth import TabletopWorld
 from edgecap.errors import EdgecapError
 from edgecap.runtime.detections import Detections

@@ -95,3 +95,39 @@ def test_caption_refuses_a_cut_jpeg_in_one_line(tmp_path, run_cli):
     assert code == 1
     assert err.strip().splitlines() == [f"edgecap caption: error: cannot read image {tmp_path / 'half.jpg'}: "
                                         "damaged JPEG: cut short (no end-of-image marker after its last scan)"]
+
+
+def test_an_empty_buffer_is_damage_not_an_opencv_assertion():
+    assert damage(b"") == "empty (0 bytes)"
+
+
+def _folder_with_an_empty_image(folder):
+    folder.mkdir()
+    (folder / "a_empty.png").write_bytes(b"")  # OpenCV's imdecode asserted on it: the whole run died
+    for name in ("b.png", "c.png", "d.png"):
+        cv2.imwrite(str(folder / name), _picture(32))
+    return folder
+
+
+def test_run_of_a_folder_with_an_empty_image_skips_and_counts_it(bundle, tmp_path, run_cli):
+    folder = _folder_with_an_empty_image(tmp_path / "images")
+    out = tmp_path / "r.jsonl"
+    code, stdout, stderr = run_cli("run", bundle, "--source", folder, "--jsonl", out, "--quiet")
+    assert code == 0, stderr
+    assert [r["image_id"] for r in map(json.loads, out.read_text().splitlines())] == ["b.png", "c.png", "d.png"]
+    assert f"skipped: {folder / 'a_empty.png'}: empty (0 bytes)" in stdout + stderr
+    summary = json.loads((tmp_path / "r.summary.json").read_text())
+    assert (summary["frames_captioned"], summary["frames_skipped"]) == (3, 1)
+
+
+def test_several_cameras_one_of_them_a_folder_with_an_empty_image(bundle, tmp_path, run_cli):
+    folder = _folder_with_an_empty_image(tmp_path / "images")
+    out = tmp_path / "r.jsonl"
+    code, stdout, stderr = run_cli("run", bundle, "--source", folder, "--source", "synth://tabletop?size=32",
+                                   "--frames", 10, "--jsonl", out, "--quiet")
+    assert code == 0, stderr
+    assert f"skipped: {folder / 'a_empty.png'}: empty (0 bytes)" in stdout + stderr
+    folder_camera = json.loads((tmp_path / "r.summary.json").read_text())["cameras"][0]
+    assert folder_camera["frames_captioned"] == 3 and folder_camera["stopped_by"] == "end of source"
+    assert sorted(r["image_id"] for r in map(json.loads, out.read_text().splitlines()) if r["camera"] == 0) \
+        == ["b.png", "c.png", "d.png"]

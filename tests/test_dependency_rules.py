@@ -59,6 +59,8 @@ FORBIDDEN = {
                             "edgecap.runtime", "edgecap.data", "edgecap.metrics", "edgecap.retrieval"),
     "edgecap/contract": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export",
                          "edgecap.runtime", "edgecap.data", "edgecap.metrics", "edgecap.retrieval"),
+    # a fleet's logs on Ray: above the runtime, and as torch-free as it (its actors run bundles)
+    "edgecap/fleet": ("torch", "open_clip", "torchvision", "edgecap.models", "edgecap.train", "edgecap.export"),
 }
 
 
@@ -90,6 +92,47 @@ def test_no_import_anywhere_in_the_robot_side_reaches_the_torch_side(folder):
             if any(name == f or name.startswith(f + ".") for f in FORBIDDEN[folder]):
                 bad.append(f"{path.relative_to(REPO)} imports {name}")
     assert bad == []
+
+
+def _required_modules(path):
+    """The modules a file imports through edgecap.errors.require("name", ...) (optional extras)."""
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "require" \
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            yield node.args[0].value
+
+
+def test_only_the_fleet_package_imports_ray_and_nothing_imports_the_fleet():
+    """Ray is edgecap[fleet]'s alone: the runtime, the robot kit and every other package run without
+    it (the CLI names the fleet command by its module's name, not by an import)."""
+    def banned(name):
+        return name.split(".")[0] == "ray" or name == "edgecap.fleet" or name.startswith("edgecap.fleet.")
+
+    bad = []
+    for path in sorted([*(REPO / "edgecap").rglob("*.py"), *(REPO / "robot").rglob("*.py")]):
+        if (REPO / "edgecap" / "fleet") in path.parents:
+            continue
+        bad += [f"{path.relative_to(REPO)} imports {name}"
+                for name in [*_imported_modules(path), *_required_modules(path)] if banned(name)]
+    assert bad == []
+    fleet = {n for p in (REPO / "edgecap" / "fleet").rglob("*.py") for n in [*_imported_modules(p), *_required_modules(p)]}
+    assert "ray" in fleet  # the rule above guards something
+
+
+def test_ray_is_in_the_fleet_extra_only_and_make_test_installs_it():
+    """The robot install (`pip install edgecap`) does not grow; `make test` runs the fleet tests."""
+    import re
+
+    from edgecap.jsonio import read_toml
+
+    project = read_toml(REPO / "pyproject.toml")["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("ray")]
+    extras = project["optional-dependencies"]
+    assert [name for name, deps in extras.items() if any(d.startswith("ray") for d in deps)] == ["fleet"]
+    install = re.search(r'-e "\.\[([a-z0-9,-]+)\]"', (REPO / "Makefile").read_text())
+    assert "fleet" in install.group(1).split(",")
 
 
 # -- import cycles, imports inside functions included -----------------------------------------

@@ -131,7 +131,7 @@ def test_box_or_pixel_areas_and_unlisted_classes(tmp_path, capsys):
 
 
 def test_area_choices_are_the_loaders():
-    from edgecap.data.acvr import AREAS
+    from edgecap.contract.objects import AREAS
     from edgecap.metrics.command import AREA_CHOICES, AREA_DEFINITIONS
 
     assert AREA_CHOICES == AREAS == tuple(AREA_DEFINITIONS)

@@ -126,6 +126,24 @@ def test_a_categories_file_naming_a_class_twice_or_not_at_all_is_refused(tmp_pat
     assert "\n" not in err and message in err
 
 
+def test_eval_coverage_classes_nosuch_lists_the_class_sets_and_speaks_of_classes(tmp_path, capsys):
+    """It said `--categories nosuch: ...` (another command's flag) and did not name acvr / coco."""
+    from edgecap.cli import main
+
+    records = tmp_path / "r.jsonl"
+    records.write_text(json.dumps({"frame_id": 0, "source": "cam", "caption": "a cup",
+                                   "objects": [{"class": "cup", "box": [0, 0, 1, 1], "area": 0.2}]}) + "\n")
+    assert main(["eval", "coverage", "--records", str(records), "--classes", "nosuch", "--no-plot"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "edgecap eval: error: --classes nosuch: not a class set (acvr, coco) and no such file (a COCO annotation "
+        "JSON or a YOLO data.yaml)"]
+    assert main(["eval", "coverage", "--records", str(records), "--classes", "COCO80", "--no-plot"]) == 1
+    assert "not a class set (acvr, coco) (did you mean 'coco'?)" in capsys.readouterr().err
+    (tmp_path / "cats.json").write_text("{}")
+    assert main(["eval", "coverage", "--records", str(records), "--classes", str(tmp_path / "cats.json")]) == 1
+    assert f"--classes {tmp_path / 'cats.json'}:" in capsys.readouterr().err
+
+
 def test_tv_and_television_in_one_list_are_one_class_twice(tmp_path):
     from edgecap.metrics.vocabulary import load_vocabulary
 

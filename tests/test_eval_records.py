@@ -95,7 +95,7 @@ def test_records_errors(recorded, run_cli, tmp_path):
 
 
 def test_read_runs_splits_an_appended_log_at_its_markers(tmp_path):
-    from edgecap.runtime.records import read_runs
+    from edgecap.contract.runlog import read_runs
 
     log = tmp_path / "c.jsonl"
     lines = [{"frame_id": 0, "caption": "a"},                     # written without --append

@@ -1,6 +1,5 @@
 """`edgecap export`: presets, the printed run command, int8 parity, and every refusal."""
 
-import importlib.util
 import json
 import shlex
 from pathlib import Path
@@ -11,8 +10,6 @@ import torch
 from edgecap.contract.manifest import FORMAT_VERSION, load_manifest
 from edgecap.export.specs.transformer import TransformerSpec
 from tests._export_util import save_tiny
-
-HAS_TRT = importlib.util.find_spec("tensorrt") is not None
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +38,7 @@ def test_target_preset_exports_and_prints_the_run_command(run_cli, ckpt, tmp_pat
     assert code == 0, err
     m = load_manifest(out)
     assert m.target == "cpu-ort-fp32" and m.batch_size == 1 and m.beam_size == 3
-    assert m.parity["onnxruntime"]["passed"]
+    assert m.parity["onnxruntime"].passed
     assert "parity onnxruntime fp32: greedy 100%; beam 100% identical on 2 inputs" in stdout
     assert f"Bundle.load({str(out)!r})" in stdout  # a features bundle: how to load it
     # the command-line beats the preset
@@ -68,12 +65,13 @@ def test_int8_export_reports_its_parity(run_cli, ckpt, tmp_path):
     assert code == 0, err
     m = load_manifest(out)
     report = m.parity["onnxruntime"]
-    assert report["precision"] == "int8"
+    assert report.precision == "int8"
     for key in ("greedy_identical", "beam_identical", "cider_delta", "cider_pytorch", "cider_bundle"):
-        assert key in report
-    assert 0.0 <= report["beam_identical"] <= 1.0
-    assert report["max_abs_delta"]["decoder_step"] > 0  # really quantised
-    assert {g.precision for g in m.graphs} == {"int8"}
+        assert getattr(report, key) is not None
+    assert 0.0 <= report.beam_identical <= 1.0
+    assert report.max_abs_delta["decoder_step"] > 0  # really quantised
+    # every graph quantised but the cache_update graph, which only moves the fp32 cache
+    assert {(g.role == "cache_update", g.precision) for g in m.graphs} == {(False, "int8"), (True, "fp32")}
     assert "parity onnxruntime int8" in stdout
 
 
@@ -108,7 +106,7 @@ def test_dynamic_int8_quantizes_linear_layers_per_output_column(ckpt, tmp_path, 
         ckpt = save_tiny(tmp_path / f"{family}.pt", family)
     fp32 = export(ckpt, tmp_path / "fp32")
     result = export(ckpt, tmp_path / "pc", precision="int8")
-    assert result.parity["onnxruntime"]["precision"] == "int8"
+    assert result.parity["onnxruntime"].precision == "int8"
     for role in ("encoder", "decoder_step"):
         graph = onnx.load(str(result.path / f"{role}.onnx")).graph
         init = {t.name: t for t in graph.initializer}
@@ -135,7 +133,7 @@ def test_static_int8_writes_qdq_graphs(ckpt, tmp_path):
     result = export(ckpt, tmp_path / "qdq", precision="int8", quantize="static")
     ops = {n.op_type for n in onnx.load(str(result.path / "decoder_step.onnx")).graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
-    assert result.parity["onnxruntime"]["precision"] == "int8"
+    assert result.parity["onnxruntime"].precision == "int8"
 
 
 def test_weight_only_int8_writes_matmulnbits_that_tensorrt_refuses(run_cli, ckpt, tmp_path):
@@ -157,11 +155,12 @@ def test_weight_only_int8_writes_matmulnbits_that_tensorrt_refuses(run_cli, ckpt
     m = load_manifest(out)
     assert (m.target, m.batch_size, m.beam_size) == ("cpu-ort-int8-greedy", 1, 1)  # one decoder row
     report = m.parity["onnxruntime"]
-    assert report["precision"] == "int8" and report["quantize"] == "weight-only" and report["passed"]
-    assert report["max_abs_delta"]["decoder_step"] > 0  # really quantised
-    assert 0.0 <= report["greedy_identical"] <= 1.0 and "cider_delta" in report
+    assert report.precision == "int8" and report.quantize == "weight-only" and report.passed
+    assert report.max_abs_delta["decoder_step"] > 0  # really quantised
+    assert 0.0 <= report.greedy_identical <= 1.0 and report.cider_delta is not None
     assert "parity onnxruntime int8: greedy" in stdout
-    assert {g.precision for g in m.graphs} == {"int8"}
+    # every graph quantised but the cache_update graph, which only moves the fp32 cache
+    assert {(g.role == "cache_update", g.precision) for g in m.graphs} == {(False, "int8"), (True, "fp32")}
     step = onnx.load(str(out / "decoder_step.onnx")).graph
     nbits = [n for n in step.node if n.op_type == "MatMulNBits"]
     assert len(nbits) == len(_linear_layers(fp32.path / "decoder_step.onnx")) > 0
@@ -170,7 +169,9 @@ def test_weight_only_int8_writes_matmulnbits_that_tensorrt_refuses(run_cli, ckpt
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         assert node.domain == "com.microsoft" and (attrs["bits"], attrs["accuracy_level"]) == (8, 4), attrs
     check = m.checks["decoder_step.onnx"]
-    assert not check["tensorrt_compatible"] and "com.microsoft::MatMulNBits" in check["problems"][0], check
+    # judged by TensorRT's own parser where one imports (edgecap's op list elsewhere), with the hint
+    assert not check.tensorrt_compatible and "MatMulNBits" in check.problems[0], check
+    assert "weight-only" in check.problems[0] and check.checked_by, check
     # the encoder runs on every region at once, where dynamic int8 is the faster int8
     encoder = onnx.load(str(out / "encoder.onnx")).graph
     assert len([n for n in encoder.node if n.op_type == "MatMulInteger"]) == len(_linear_layers(fp32.path / "encoder.onnx"))
@@ -178,13 +179,13 @@ def test_weight_only_int8_writes_matmulnbits_that_tensorrt_refuses(run_cli, ckpt
     assert _slots_stay_float(out / "encoder.onnx")
 
     code, _, err = run_cli("export", out, "--engine", "trt", "--force")
-    _one_line_error(code, err, "not TensorRT-compatible", "decoder_step.onnx: op com.microsoft::MatMulNBits",
+    _one_line_error(code, err, "not TensorRT-compatible", "decoder_step.onnx: ", "MatMulNBits",
                     "weight-only", "export the checkpoint with --engine trt")
     assert load_manifest(out).parity == m.parity  # the bundle is left as it was
     # a dynamic int8 bundle's integer MatMuls are no TensorRT ops either
     dynamic = export(ckpt, tmp_path / "dynamic", precision="int8")
     code, _, err = run_cli("export", dynamic.path, "--engine", "trt", "--force")
-    _one_line_error(code, err, "not TensorRT-compatible", "encoder.onnx: op DynamicQuantizeLinear", "(+1 more)")
+    _one_line_error(code, err, "not TensorRT-compatible", "encoder.onnx: ", "DynamicQuantizeLinear")
 
 
 @pytest.mark.parametrize("family", ["updown", "m2"])
@@ -198,7 +199,7 @@ def test_weight_only_int8_takes_every_linear_layer_of_the_step(tmp_path, family)
     ckpt = save_tiny(tmp_path / f"{family}.pt", family)
     fp32 = export(ckpt, tmp_path / "fp32")
     result = export(ckpt, tmp_path / "wonly", precision="int8", quantize="weight-only")
-    assert result.parity["onnxruntime"]["quantize"] == "weight-only"
+    assert result.parity["onnxruntime"].quantize == "weight-only"
     ops = [n.op_type for n in onnx.load(str(result.path / "decoder_step.onnx")).graph.node]
     assert ops.count("MatMulNBits") == len(_linear_layers(fp32.path / "decoder_step.onnx")) > 0
     assert "Gemm" not in ops
@@ -221,11 +222,11 @@ def test_weight_only_int8_demo_model_captions_frames_as_fp32_does(run_cli, tmp_p
                                "--beam", 3, "--samples", 8, "--out", out, "--quiet")
         assert code == 0, err
         report = load_manifest(out).parity["onnxruntime"]
-        assert report["greedy_identical"] >= 0.75 and report["beam_identical"] >= 0.75, report
-        assert "synthetic world" in report["inputs"] and not report["random_inputs"]
+        assert report.greedy_identical >= 0.75 and report.beam_identical >= 0.75, report
+        assert "synthetic world" in report.inputs and not report.random_inputs
         # the CNN has no linear layer for weight-only: static int8 where it pays (edgecap.export.front_int8)
         visual = load_manifest(out).graph("visual").precision
-        assert visual == (report["front_end_int8"]["precision"] if precision == "int8" else "fp32")
+        assert visual == (report.front_end_int8.precision if precision == "int8" else "fp32")
         captioner = Captioner.from_bundle(out, threads=1)
         world = TabletopWorld(seed=101, size=captioner.size)
         frames = [world.render_frame(i * world.scene_frames)[0] for i in range(8)]  # eight scenes
@@ -334,10 +335,12 @@ def test_failed_export_with_force_keeps_the_old_bundle(run_cli, ckpt, tmp_path, 
     assert (out / "manifest.json").read_text() == before
 
 
-@pytest.mark.skipif(HAS_TRT, reason="tensorrt is installed here")
-def test_trt_without_tensorrt_is_one_line(run_cli, ckpt, tmp_path):
+def test_trt_without_tensorrt_is_one_line(run_cli, ckpt, tmp_path, monkeypatch):
+    from edgecap.runtime import tensorrt_dist
+
+    monkeypatch.setattr(tensorrt_dist, "installed", lambda dist: False)  # a machine with neither TensorRT
     code, _, err = run_cli("export", ckpt, "--engine", "trt", "--out", tmp_path / "b")
-    _one_line_error(code, err, "tensorrt is not installed", "edgecap[trt]")
+    _one_line_error(code, err, "no TensorRT is installed (--engine trt)", "edgecap[trt]", "edgecap[trt-rtx]")
     _no_leftovers(tmp_path, "b")
 
 
@@ -357,7 +360,8 @@ def test_manifest_is_plain_json_with_versions(ckpt, tmp_path):
     data = json.loads((result.path / "manifest.json").read_text())
     assert data["format"] == "edgecap-bundle" and data["format_version"] == FORMAT_VERSION
     assert {"torch", "onnx", "onnxruntime", "python"} <= set(data["versions"])
-    assert sorted(p.name for p in result.path.iterdir()) == ["decoder_step.onnx", "encoder.onnx", "manifest.json"]
+    assert sorted(p.name for p in result.path.iterdir()) == ["cache_update.onnx", "coverage_vectors.npz",
+                                                              "decoder_step.onnx", "encoder.onnx", "manifest.json"]
 
 
 def test_updown_lstm_step_quantizes_to_int8(tmp_path):
@@ -367,5 +371,6 @@ def test_updown_lstm_step_quantizes_to_int8(tmp_path):
 
     ckpt = save_tiny(tmp_path / "updown.pt", "updown")
     result = export(ckpt, tmp_path / "u8", precision="int8")
-    assert result.parity["onnxruntime"]["precision"] == "int8"
-    assert sorted(p.name for p in (tmp_path / "u8").iterdir()) == ["decoder_step.onnx", "encoder.onnx", "manifest.json"]
+    assert result.parity["onnxruntime"].precision == "int8"
+    assert sorted(p.name for p in (tmp_path / "u8").iterdir()) == ["cache_update.onnx", "coverage_vectors.npz",
+                                                                    "decoder_step.onnx", "encoder.onnx", "manifest.json"]

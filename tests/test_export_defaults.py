@@ -65,8 +65,8 @@ def test_parity_runs_on_the_training_world_found_beside_the_checkpoint(run_cli, 
                                 "--quiet")
     assert code == 0, err
     report = load_manifest(tmp_path / "b").parity["onnxruntime"]
-    assert report["inputs"] == f"the training world {run / 'data'} (2 images)"
-    assert report["cider_references"] == "dataset" and not report["random_inputs"]
+    assert report.inputs == f"the training world {run / 'data'} (2 images)"
+    assert report.cider_references == "dataset" and not report.random_inputs
     assert "WARNING" not in stdout and f"parity inputs: the training world {run / 'data'}" in stdout
 
 
@@ -76,8 +76,8 @@ def test_parity_regenerates_scenes_of_a_synthetic_world_that_is_gone(run_cli, tm
                                 "--quiet")
     assert code == 0, err
     report = load_manifest(tmp_path / "b").parity["onnxruntime"]
-    assert report["inputs"].startswith("a fresh synthetic world like the training one (seed 4, 32 px, png")
-    assert report["samples"] == 3 and report["cider_references"] == "dataset" and not report["random_inputs"]
+    assert report.inputs.startswith("a fresh synthetic world like the training one (seed 4, 32 px, png")
+    assert report.samples == 3 and report.cider_references == "dataset" and not report.random_inputs
     assert "WARNING" not in stdout
     assert not [p for p in tmp_path.iterdir() if p.name not in ("moved.pt", "b")]
 
@@ -88,7 +88,7 @@ def test_parity_on_random_inputs_is_flagged_loudly(run_cli, tmp_path):
                                 "--quiet")
     assert code == 0, err
     report = load_manifest(tmp_path / "b").parity["onnxruntime"]
-    assert report["random_inputs"] and report["inputs"].startswith("random inputs")
+    assert report.random_inputs and report.inputs.startswith("random inputs")
     warning = [line for line in stdout.splitlines() if "WARNING" in line]
     assert len(warning) == 1 and "random noise" in warning[0] and "--data DIR" in warning[0]
 

@@ -40,14 +40,14 @@ def test_family_exports_static_graphs_and_passes_fp32_parity(bundles, name):
     _, path = bundles[name]
     m = load_manifest(path)
     parity = m.parity["onnxruntime"]
-    assert parity["passed"] and parity["precision"] == "fp32"
-    assert parity["greedy_identical"] == 1.0 and parity["beam_identical"] == 1.0
+    assert parity.passed and parity.precision == "fp32"
+    assert parity.greedy_identical == 1.0 and parity.beam_identical == 1.0
     assert m.batch_size == BATCH and m.beam_size == BEAM
     roles = sorted(g.role for g in m.graphs)
     assert roles == ["cache_update", "decoder_step", "encoder"] + (["visual"] if name == "smart-cnn" else [])
     assert m.state.update == "cache_update"
     # static shapes everywhere, only TensorRT-parsable ops and dtypes (checked without a GPU)
-    assert m.checks and all(c["tensorrt_compatible"] for c in m.checks.values()), m.checks
+    assert m.checks and all(c.tensorrt_compatible for c in m.checks.values()), m.checks
     rows = BATCH * BEAM
     step = m.graph("decoder_step")
     assert step.input("token").shape == [rows] and step.outputs[0].shape[0] == rows
@@ -71,7 +71,7 @@ def test_memory_slots_and_prototypes_are_constants_not_inputs(bundles, name):
     assert step_inputs == ["token", "step", *m.state.cache_graph_names, *m.state.cross_graph_names]
     model = onnx.load(str(bundles[name][1] / ("decoder_step.onnx" if name == "pma" else "encoder.onnx")))
     assert len(model.graph.initializer) > 0
-    assert m.parity["onnxruntime"]["max_abs_delta"]["encoder"] < 1e-4
+    assert m.parity["onnxruntime"].max_abs_delta["encoder"] < 1e-4
 
 
 @pytest.mark.slow
@@ -165,7 +165,7 @@ def test_dynamo_exporter_gives_the_same_captions(tmp_path):
     ckpt = save_tiny(tmp_path / "updown.pt", "updown")
     result = export(ckpt, tmp_path / "updown-dynamo", exporter="dynamo", opset=18)
     parity = result.parity["onnxruntime"]
-    assert parity["passed"] and parity["beam_identical"] == 1.0
+    assert parity.passed and parity.beam_identical == 1.0
     assert {g.opset for g in result.manifest.graphs} == {18}
     # this exporter keeps the unused step input; the manifest lists it and the runtime feeds it
     assert "step" in [t.name for t in result.manifest.graph("decoder_step").inputs]

@@ -8,9 +8,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from edgecap.contract.manifest import load_manifest
 from edgecap.export import front_int8
 from edgecap.export.formats import resolve_settings
-from edgecap.runtime.manifest import load_manifest
 from edgecap.runtime.session import Bundle
 from tests._export_util import CNN, export, save_tiny
 
@@ -45,14 +45,14 @@ def test_front_end_int8_kept_where_it_pays(cnn_ckpt, photos, world, tmp_path, mo
     m = load_manifest(result.path)
     assert m.graph("visual").precision == "int8"
     report = m.parity["onnxruntime"]
-    record = report["front_end_int8"]
-    assert record["precision"] == "int8" and record["reason"].startswith("static int8: ")
-    assert record["calibration"] == f"5 images of {photos}"
-    assert record["evaluation"] == f"--data {world} (2 images)"  # the parity inputs: the checkpoint's data
-    assert 0.0 <= record["caption_agreement"] <= 1.0  # trained checkpoint on its data: measured
-    assert -1.0 <= record["centred_feature_cosine"] <= record["feature_cosine"] + 1.0
-    assert record["fp32_ms"] > 0 and record["int8_ms"] > 0
-    assert set(report["feature_cosine"]) == {"visual", "encoder"}
+    record = report.front_end_int8
+    assert record.precision == "int8" and record.reason.startswith("static int8: ")
+    assert record.calibration == f"5 images of {photos}"
+    assert record.evaluation == f"--data {world} (2 images)"  # the parity inputs: the checkpoint's data
+    assert 0.0 <= record.caption_agreement <= 1.0  # trained checkpoint on its data: measured
+    assert -1.0 <= record.centred_feature_cosine <= record.feature_cosine + 1.0
+    assert record.fp32_ms > 0 and record.int8_ms > 0
+    assert set(report.feature_cosine) == {"visual", "encoder"}
     # the graph as ONNX itself reads it: every Conv weight int8 with one symmetric scale per output
     # channel, activations uint8 with their zero points
     graph = onnx.load(str(result.path / "visual.onnx")).graph
@@ -81,13 +81,13 @@ def test_front_end_stays_fp32_where_int8_does_not_pay(cnn_ckpt, tmp_path, monkey
     monkeypatch.setattr(front_int8, "FASTER_BY", 0.0)  # int8 can never be fast enough
     result = export(cnn_ckpt, tmp_path / "b", precision="int8")
     m = load_manifest(result.path)
-    record = m.parity["onnxruntime"]["front_end_int8"]
-    assert m.graph("visual").precision == "fp32" and record["precision"] == "fp32"
-    assert record["reason"].startswith("kept fp32: int8 took ") and "more than 0% of it" in record["reason"]
+    record = m.parity["onnxruntime"].front_end_int8
+    assert m.graph("visual").precision == "fp32" and record.precision == "fp32"
+    assert record.reason.startswith("kept fp32: int8 took ") and "more than 0% of it" in record.reason
     # no calibration folder named, no data: the synthetic world calibrates and evaluates; random
     # weights on noise parity inputs caption nothing worth comparing
-    assert record["calibration"] == "16 synthetic-world frames (seed 0); none named with --calibration"
-    assert record["evaluation"] == "8 synthetic-world frames (seed 1)" and record["caption_agreement"] is None
+    assert record.calibration == "16 synthetic-world frames (seed 0); none named with --calibration"
+    assert record.evaluation == "8 synthetic-world frames (seed 1)" and record.caption_agreement is None
     assert not {"QuantizeLinear", "DequantizeLinear"} & {n.op_type for n in _ops(result.path / "visual.onnx")}
     assert m.graph("encoder").precision == "int8"  # the rest of the bundle is dynamic int8 as before
     # the fp32 front end is the export's fp32 graph, untouched: features equal an fp32 bundle's
@@ -96,8 +96,8 @@ def test_front_end_stays_fp32_where_int8_does_not_pay(cnn_ckpt, tmp_path, monkey
     a = Bundle.load(result.path, providers=["CPUExecutionProvider"]).visual(x)[0]
     b = Bundle.load(fp32.path, providers=["CPUExecutionProvider"]).visual(x)[0]
     np.testing.assert_array_equal(a, b)
-    assert fp32.parity["onnxruntime"]["feature_cosine"]["visual"] > 0.9999
-    assert "front_end_int8" not in fp32.parity["onnxruntime"]
+    assert fp32.parity["onnxruntime"].feature_cosine["visual"] > 0.9999
+    assert fp32.parity["onnxruntime"].front_end_int8 is None
 
 
 def test_low_feature_cosine_keeps_fp32_and_the_command_says_so(run_cli, cnn_ckpt, tmp_path, monkeypatch):
@@ -106,9 +106,9 @@ def test_low_feature_cosine_keeps_fp32_and_the_command_says_so(run_cli, cnn_ckpt
     code, stdout, err = run_cli("export", cnn_ckpt, "--target", "cpu-ort-int8", "--samples", 1, "--out",
                                 tmp_path / "b", "--quiet")
     assert code == 0, err
-    record = load_manifest(tmp_path / "b").parity["onnxruntime"]["front_end_int8"]
-    assert record["precision"] == "fp32" and "feature cosine" in record["reason"] and "< 1.5" in record["reason"]
-    assert f"  front end: {record['reason']}" in stdout.splitlines()
+    record = load_manifest(tmp_path / "b").parity["onnxruntime"].front_end_int8
+    assert record.precision == "fp32" and "feature cosine" in record.reason and "< 1.5" in record.reason
+    assert f"  front end: {record.reason}" in stdout.splitlines()
 
 
 def test_feature_cosine_centred_sees_what_plain_cosine_hides():
@@ -173,9 +173,35 @@ def test_front_int8_benchmark_times_both_graphs_in_turns(cnn_ckpt, tmp_path, cap
     int8 = export(cnn_ckpt, tmp_path / "int8", precision="int8").path
     assert bench.main([str(fp32), str(int8), "--runs", "2", "--warmup", "0", "--out", str(tmp_path / "out")]) == 0
     row = json.loads((tmp_path / "out" / "front_end_int8.json").read_text())["rows"][0]
-    record = load_manifest(int8).parity["onnxruntime"]["front_end_int8"]
+    record = load_manifest(int8).parity["onnxruntime"].front_end_int8
     assert row["fp32_ms"] > 0 and row["int8_ms"] > 0 and row["speedup"] == pytest.approx(row["fp32_ms"] / row["int8_ms"])
-    assert row["int8_precision"] == record["precision"] and row["feature_cosine"] == record["feature_cosine"]
+    assert row["int8_precision"] == record.precision and row["feature_cosine"] == record.feature_cosine
     assert "| front end | B | fp32 ms | int8 ms | speed-up |" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench.parse_args([str(fp32)])  # bundles come in pairs
+
+
+@pytest.mark.parametrize("bad", ["cut JPEG", "symlink loop", "empty file"])
+def test_int8_calibration_folder_with_a_bad_image_is_refused_as_run_would_skip_it(run_cli, cnn_ckpt, photos,
+                                                                                  tmp_path, bad):
+    """--calibration reads a folder as `edgecap run` does: the grey lower half of a JPEG cut short
+    used to calibrate the int8 ranges silently, and a symlink loop was "cannot decode frame"."""
+    import os
+    import shutil
+
+    folder = tmp_path / "calib"
+    shutil.copytree(photos, folder)
+    if bad == "cut JPEG":
+        data = cv2.imencode(".jpg", cv2.imread(str(folder / "frame00.png")))[1].tobytes()
+        (folder / "frame02.jpg").write_bytes(data[: len(data) // 2])
+        reason = "damaged JPEG: cut short (no end-of-image marker after its last scan)"
+    elif bad == "symlink loop":
+        os.symlink("frame02.jpg", folder / "frame02.jpg")
+        reason = "cannot read (symbolic link loop)"
+    else:
+        (folder / "frame02.jpg").write_bytes(b"")
+        reason = "empty (0 bytes)"
+    code, _, err = run_cli("export", cnn_ckpt, "--engine", "onnx", "--precision", "int8", "--calibration", folder,
+                           "--samples", 1, "--out", tmp_path / "b", "--quiet")
+    _one_line(code, err, f"--calibration: {folder / 'frame02.jpg'}: {reason}")
+    assert not (tmp_path / "b").exists()

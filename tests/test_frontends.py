@@ -34,18 +34,18 @@ def test_front_end_exports_with_a_passing_fp32_parity_gate(name, tmp_path):
     result = export(ckpt, tmp_path / "bundle")
     m = result.manifest
     report = m.parity["onnxruntime"]
-    assert report["passed"] and report["greedy_identical"] == 1.0 and report["beam_identical"] == 1.0
-    assert report["visual_beam_identical"] == 1.0 and report["feature_scale"] > 0.5
-    assert 0 < report["max_abs_delta"]["visual"] <= 1e-3 * max(1.0, report["feature_scale"])
+    assert report.passed and report.greedy_identical == 1.0 and report.beam_identical == 1.0
+    assert report.visual_beam_identical == 1.0 and report.feature_scale > 0.5
+    assert 0 < report.max_abs_delta["visual"] <= 1e-3 * max(1.0, report.feature_scale)
     visual = m.graph("visual")
     grid = (SIZE // info.stride) ** 2
     assert visual.outputs[0].shape == [2, grid, info.width] and visual.inputs[0].shape == [2, 3, SIZE, SIZE]
-    assert m.checks["visual.onnx"] == {"tensorrt_compatible": True, "problems": []}
+    assert (m.checks["visual.onnx"].tensorrt_compatible, m.checks["visual.onnx"].problems) == (True, [])
     # what the TensorRT path runs before a build: polygraphy loads and runs the graph
     report = check_file(result.path / "visual.onnx")
     assert report.ok and report.polygraphy["ran"] and report.polygraphy["dynamic_inputs"] == []
-    assert m.frontend["backbone"] == name and m.frontend["weights"] == RANDOM
-    assert m.frontend["weights_sha256"] == RANDOM and m.frontend["width"] == info.width
+    assert m.frontend.backbone == name and m.frontend.weights == RANDOM
+    assert m.frontend.weights_sha256 == RANDOM and m.frontend.width == info.width
     assert m.preprocessing.crop == "center" and m.preprocessing.size == SIZE
     assert m.preprocessing.resize_size >= SIZE
 
@@ -55,8 +55,8 @@ def test_int8_vit_visual_graph_reports_its_own_caption_agreement(tmp_path):
     result = export(ckpt, tmp_path / "bundle", precision="int8")
     assert result.manifest.graph("visual").precision == "int8"  # the ViT's MatMuls are quantised
     report = result.parity["onnxruntime"]
-    assert report["precision"] == "int8" and report["passed"]  # reported, not gated
-    assert 0 <= report["visual_beam_identical"] <= 1 and report["max_abs_delta"]["visual"] > 1e-3
+    assert report.precision == "int8" and report.passed  # reported, not gated
+    assert 0 <= report.visual_beam_identical <= 1 and report.max_abs_delta["visual"] > 1e-3
 
 
 def test_fp16_visual_graph_reports_its_feature_delta_without_gating_on_it(tmp_path):
@@ -64,11 +64,11 @@ def test_fp16_visual_graph_reports_its_feature_delta_without_gating_on_it(tmp_pa
     result = export(ckpt, tmp_path / "bundle", precision="fp16")
     assert result.manifest.graph("visual").precision == "fp16"
     report = result.parity["onnxruntime"]
-    assert report["precision"] == "fp16" and report["passed"]
+    assert report.precision == "fp16" and report.passed
     # half precision through a CNN is far outside the fp32 tolerance: reported, not a failure
-    delta, scale = report["max_abs_delta"]["visual"], report["feature_scale"]
+    delta, scale = report.max_abs_delta["visual"], report.feature_scale
     assert 1e-3 * scale < delta < 0.5 * scale
-    assert 0 <= report["visual_beam_identical"] <= 1
+    assert 0 <= report.visual_beam_identical <= 1
 
 
 def test_vit_l_14_grid_at_a_small_input():
@@ -298,4 +298,4 @@ def test_training_with_the_front_end_on_the_fly(world, tmp_path, run_cli):
     reference = build_frontend("mobilenet_v3_large", SIZE)
     assert torch.equal(ckpt.model.visual.backbone[0][0].weight, reference.backbone[0][0].weight)  # frozen
     result = export(tmp_path / "run" / "best.pt", tmp_path / "bundle")
-    assert result.parity["onnxruntime"]["passed"]
+    assert result.parity["onnxruntime"].passed

@@ -236,7 +236,7 @@ def test_sigterm_during_export_leaves_nothing(tmp_path):
     code, err = _signal_midway(["export", ckpt, "--engine", "onnx", "--out", tmp_path / "out" / "bundle",
                                  "--samples", 64, "--quiet"], tmp_path / "out")
     assert code == 128 + signal.SIGTERM, err
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # the folder made for the bundle goes too
 
 
 def test_a_full_disk_is_one_line_naming_the_target_and_leaves_nothing(tmp_path):
@@ -248,6 +248,18 @@ def test_a_full_disk_is_one_line_naming_the_target_and_leaves_nothing(tmp_path):
         (tmp / "manifest.json").write_text("{}")
         raise OSError(errno.ENOSPC, "No space left on device")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_work_dir_closed_twice_after_a_half_done_removal_is_no_error(tmp_path):
+    """A second Ctrl-C in the middle of a close, then the cleanup of every open work directory:
+    the second close finds the directory gone (it was a FileNotFoundError traceback)."""
+    from edgecap.io import WorkDir, _remove_tree
+
+    work = WorkDir(tmp_path / "out" / "r.summary.json")
+    _remove_tree(work.path)  # the first close got this far
+    work.close()
+    work.close()
+    assert list(tmp_path.iterdir()) == []  # and the folder made for it is gone too
 
 
 def test_a_missing_input_read_while_writing_is_not_called_a_write_error(tmp_path):

@@ -27,7 +27,7 @@ def test_a_caption_file_saved_with_a_byte_order_mark_keeps_its_first_record(tmp_
 
 
 def test_a_caption_log_with_a_byte_order_mark_keeps_its_first_run_marker(tmp_path):
-    from edgecap.runtime.records import read_runs
+    from edgecap.contract.runlog import read_runs
 
     log = tmp_path / "run.jsonl"
     log.write_bytes(BOM + _lines({"kind": "run_start", "source": "s"}, {"frame_id": 0, "caption": "a"},
@@ -54,8 +54,8 @@ def test_a_line_separator_inside_a_string_does_not_split_the_line(tmp_path):
 
 
 def test_lenient_readers_count_what_is_not_an_object_and_keep_their_messages(tmp_path):
+    from edgecap.contract.runlog import read_runs
     from edgecap.metrics.captions import read_captions
-    from edgecap.runtime.records import read_runs
 
     path = tmp_path / "dirty.jsonl"
     path.write_bytes(_lines({"frame_id": 0, "source": "s", "caption": "a"}) + b"7\n\n"

@@ -368,7 +368,7 @@ def test_exported_bundle_reproduces_the_official_model(official, tmp_path, run_c
     assert code == 0, stderr
     result = export(ckpt, tmp_path / "bundle")
     parity = result.manifest.parity["onnxruntime"]
-    assert parity["passed"] and parity["greedy_identical"] == 1.0 and parity["beam_identical"] == 1.0
+    assert parity.passed and parity.greedy_identical == 1.0 and parity.beam_identical == 1.0
     bundle = Bundle.load(result.path)
     feats, tokens = inputs(seed=7)
     with torch.no_grad():

@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from edgecap.contract.beam import DecodeOptions
-from edgecap.contract.manifest import FORMAT_VERSION, ManifestError, load_manifest
+from edgecap.contract.manifest import (
+    FORMAT_VERSION,
+    ManifestError,
+    ParityNotRun,
+    ParityReport,
+    load_manifest,
+)
 from edgecap.errors import EdgecapError
 from edgecap.runtime.session import Bundle
 from tests._export_util import BATCH, BEAM, export, save_tiny
@@ -41,7 +47,7 @@ def test_valid_bundle_loads_with_its_fields(bundle_dir):
     assert (b.batch_size, b.beam_size, b.max_len) == (BATCH, BEAM, 8)
     assert b.itos[b.bos_id] == "<bos>" and b.itos[b.eos_id] == "<eos>" and b.pad_id == 0
     assert not b.has_visual and b.preprocessing is None
-    assert b.manifest.model["family"] == "updown"
+    assert b.manifest.model.family == "updown"
 
 
 def test_tampered_file_is_refused_by_sha256(copy):
@@ -77,11 +83,49 @@ def test_wrong_format_version_is_refused(copy, version, hint):
     (lambda d: d.update(format="something-else"), r"not an edgecap bundle"),
     (lambda d: d["graphs"][0].update(engine="tensorrt"), r"graphs\[0\]\.tensorrt: missing"),
     (lambda d: d.update(input="images"), r"preprocessing: missing"),
+    # the records are typed to the leaf: model, parity, checks, versions, retrieval, frontend
+    (lambda d: d["model"].pop("family"), r"\.model\.family: missing"),
+    (lambda d: d["model"].update(parameters="many"), r"\.model\.parameters: expected an integer, got str"),
+    (lambda d: d["parity"]["onnxruntime"].update(passed="yes"), r"\.parity\.onnxruntime\.passed: expected true/false"),
+    (lambda d: d["parity"]["onnxruntime"]["max_abs_delta"].update(encoder="small"),
+     r"\.parity\.onnxruntime\.max_abs_delta\.encoder: expected a number"),
+    (lambda d: d["checks"]["encoder.onnx"].update(problems="none"), r"\.checks\.encoder\.onnx\.problems: expected a list"),
+    (lambda d: d["versions"].update(python=3.11), r"\.versions\.python: expected a string, got float"),
+    (lambda d: d["versions"].update({"tensorrt-rtx": 1.7}), r"\.versions\.tensorrt-rtx: expected a string, got float"),
+    (lambda d: d["checks"]["encoder.onnx"].update(checked_by=3), r"\.checks\.encoder\.onnx\.checked_by: expected a string"),
+    # engines that could not run at export: "ran": false and why, else the gate's full report
+    (lambda d: d["parity"].update(tensorrt={"precision": "fp32", "ran": False}), r"\.parity\.tensorrt\.reason: missing"),
+    (lambda d: d["parity"].update(tensorrt={"precision": "fp32", "reason": "no GPU"}), r"\.parity\.tensorrt\.inputs: missing"),
+    (lambda d: d.update(frontend={"kind": "torchvision", "backbone": "resnet50"}), r"\.frontend\.weights: missing"),
+    (lambda d: d.update(retrieval={"index": "/etc/index.faiss", "tokens": "t.npy", "k": 3, "length": 5, "dim": 24,
+                                   "pad_id": 0, "sha256": {}}), r"\.retrieval\.index: '/etc/index.faiss' is not a path inside"),
 ])
 def test_malformed_manifest_names_the_field(copy, edit, field):
     _edit(copy, edit)
     with pytest.raises(ManifestError, match=field):
         Bundle.load(copy)
+
+
+def test_tensorrt_for_rtx_records_read_typed_and_write_back_as_written(copy):
+    """What an export with TensorRT for RTX adds to the manifest (docs/bundle.md): a parity record
+    of engines that could not run here, the parser that judged each graph and the distribution's
+    version, under the JSON keys documented; read as typed records, written back unchanged."""
+    reason = "engines need a supported GPU, and this machine has none"
+
+    def add(d):
+        d["parity"]["tensorrt"] = {"precision": "fp16", "ran": False, "reason": reason}
+        d["checks"]["encoder.onnx"]["checked_by"] = "TensorRT for RTX 1.7.1.116's ONNX parser"
+        d["versions"]["tensorrt-rtx"] = "1.7.1.116"
+
+    _edit(copy, add)
+    written = json.loads((copy / "manifest.json").read_text())
+    m = load_manifest(copy)
+    not_run, gate = m.parity["tensorrt"], m.parity["onnxruntime"]
+    assert isinstance(not_run, ParityNotRun) and (not_run.ran, not_run.precision, not_run.reason) == (False, "fp16", reason)
+    assert isinstance(gate, ParityReport) and gate.ran and gate.passed
+    assert m.checks["encoder.onnx"].checked_by == "TensorRT for RTX 1.7.1.116's ONNX parser"
+    assert m.versions.tensorrt_rtx == "1.7.1.116"
+    assert m.to_dict() == written and "ran" not in m.to_dict()["parity"]["onnxruntime"]
 
 
 def test_not_json_and_no_manifest(copy, tmp_path):

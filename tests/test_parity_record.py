@@ -5,32 +5,32 @@ something, and a model that says one caption for every input is flagged."""
 
 import torch
 
+from edgecap.contract.manifest import load_manifest
 from edgecap.export.formats import resolve_settings
-from edgecap.runtime.manifest import load_manifest
 from tests._export_util import CNN, export, save_tiny
 
 
 def test_fp32_records_the_absolute_bound_it_checked_beside_the_relative_rule(tmp_path):
     ckpt = save_tiny(tmp_path / "cnn.pt", "smart-nomem", **CNN)
     report = export(ckpt, tmp_path / "bundle").parity["onnxruntime"]
-    assert report["passed"]
-    scale = report["feature_scale"]
-    assert report["tolerance_checked"]["visual"] == report["tolerance"]["visual"] * max(1.0, scale)
+    assert report.passed
+    scale = report.feature_scale
+    assert report.tolerance_checked["visual"] == report.tolerance["visual"] * max(1.0, scale)
     for role in ("encoder", "decoder_step"):
-        assert report["tolerance_checked"][role] == report["tolerance"][role]
-    for role, delta in report["max_abs_delta"].items():  # every delta under the bound recorded for it
-        assert delta <= report["tolerance_checked"][role], role
-    assert "tolerance.visual x max(1, feature_scale)" in report["criteria"]
+        assert report.tolerance_checked[role] == report.tolerance[role]
+    for role, delta in report.max_abs_delta.items():  # every delta under the bound recorded for it
+        assert delta <= report.tolerance_checked[role], role
+    assert "tolerance.visual x max(1, feature_scale)" in report.criteria
     # the manifest keeps the same record
-    assert load_manifest(tmp_path / "bundle").parity["onnxruntime"]["tolerance_checked"] == report["tolerance_checked"]
+    assert load_manifest(tmp_path / "bundle").parity["onnxruntime"].tolerance_checked == report.tolerance_checked
 
 
 def test_reduced_precision_records_its_own_criteria_not_fp32_tolerances(tmp_path):
     ckpt = save_tiny(tmp_path / "smart.pt", "smart")
     report = export(ckpt, tmp_path / "bundle", precision="int8").parity["onnxruntime"]
-    assert "tolerance" not in report and "tolerance_checked" not in report
-    assert report["criteria"].startswith("int8: reported, not gated")
-    assert report["passed"]
+    assert report.tolerance is None and report.tolerance_checked is None
+    assert report.criteria.startswith("int8: reported, not gated")
+    assert report.passed
 
 
 def test_the_default_parity_inputs_are_enough_to_mean_something():
@@ -41,7 +41,7 @@ def test_a_model_with_one_caption_for_every_input_is_flagged(tmp_path, run_cli):
     ckpt = save_tiny(tmp_path / "smart.pt", "smart")
     payload = torch.load(ckpt, weights_only=True)
     report = export(ckpt, tmp_path / "varied", samples=8).parity["onnxruntime"]
-    assert report["distinct_captions"] > 1 and not report["one_caption_for_all"]
+    assert report.distinct_captions > 1 and not report.one_caption_for_all
     # an output layer that ignores everything before it: every word equally likely, so
     # every input gets the same caption
     weight = payload["state_dict"]["fc.weight"]  # [vocab, d_model], no bias
@@ -52,5 +52,5 @@ def test_a_model_with_one_caption_for_every_input_is_flagged(tmp_path, run_cli):
                                 "--out", tmp_path / "deaf", "--quiet")
     assert code == 0, err
     report = load_manifest(tmp_path / "deaf").parity["onnxruntime"]
-    assert report["distinct_captions"] == 1 and report["one_caption_for_all"]
+    assert report.distinct_captions == 1 and report.one_caption_for_all
     assert "WARNING: the model gives one caption for every parity input" in stdout

@@ -36,8 +36,14 @@ def test_quick_run_writes_table_csv_json_and_stage_plot(tmp_path):
     earlier = {"frontend": "ViT-B-32", "captioner": "pma-edge", "backend": "onnxruntime", "batch": 4,
                "status": "ok", **{k: 1.0 for k, _, _ in COLUMNS[4:]}}
     (out / "pipeline.json").write_text(json.dumps({"settings": settings, "rows": [earlier]}))
+    from detector_models import write_detector
+
+    detector = tmp_path / "detector.onnx"  # a cup over the whole 320 x 320 input: one cup in every frame
+    write_detector(detector, [(1, (160, 160, 320, 320), 0.9)])
+    settings["detector"] = str(detector)
+    (out / "pipeline.json").write_text(json.dumps({"settings": settings, "rows": [earlier]}))
     cmd = [sys.executable, f"{REPO}/benchmarks/pipeline.py", "--quick", "--backends", "torch,onnxruntime,tensorrt",
-           "--batches", "1", "--frames", "2", "--out", str(out), "--resume"]
+           "--batches", "1", "--frames", "2", "--out", str(out), "--resume", "--detector", str(detector)]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads((out / "pipeline.json").read_text())
@@ -55,6 +61,9 @@ def test_quick_run_writes_table_csv_json_and_stage_plot(tmp_path):
     # the checkpoint in PyTorch (the same beam search over the static cache) writes the same caption
     assert rows["torch"]["status"] == "ok", rows["torch"].get("reason")
     assert rows["torch"]["sample_caption"] == ort["sample_caption"] and rows["torch"]["decode_ms"] > 0
+    # --detector: its own stage on every row, and coverage scores its objects (a cup) instead of the world's
+    assert ort["detector_ms"] > 0 and rows["torch"]["detector_ms"] > 0 and ort["mean_coverage"] is not None
+    assert ort["total_p50_ms"] >= ort["detector_ms"]
     assert "total_p95_ms" in (out / "pipeline.csv").read_text().splitlines()[0]
     assert "| mobilenet_v3_large | smart | onnxruntime | 1 |" in (out / "pipeline.md").read_text()
     assert (out / "pipeline_stages_b1.png").stat().st_size > 1000

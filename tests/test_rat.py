@@ -239,15 +239,18 @@ def test_bundle_carries_the_index_and_captions_like_pytorch_without_torch(tmp_pa
     from edgecap.export.formats import resolve_settings
     from edgecap.runtime.session import Bundle
 
-    def fake_engine(onnx_path, engine_path, *args):
+    def fake_engine(onnx_path, engine_path, *args, **kwargs):
         engine_path.write_bytes(onnx_path.read_bytes())
         return {"version": "10.0", "gpu": "test", "compute_capability": "8.7", "workspace_mb": 1, "int8_mode": ""}
 
     monkeypatch.setattr(tensorrt, "build_engine", fake_engine)
+    monkeypatch.setattr(tensorrt, "parser_problems", lambda *a: [])  # the stand-in has no parser
     fake_trt = types.ModuleType("tensorrt")  # importable, a supported release, never called
     fake_trt.__version__ = "10.3.0"
     monkeypatch.setitem(sys.modules, "tensorrt", fake_trt)
-    monkeypatch.setattr(rebuild, "compare_engines", lambda *a: {"passed": True, "beam_identical": 1.0})
+    monkeypatch.setattr(rebuild, "compare_engines", lambda *a: {  # the report's shape, as compare_engines writes it
+        "precision": "fp32", "inputs": "random inputs (engines vs the bundle's onnxruntime graphs)", "samples": 2,
+        "beam_identical": 1.0, "encoder_max_abs_delta": 0.0, "passed": True})
     rebuilt = tmp_path / "rebuilt"
     rebuild.rebuild_engines(tmp_path / "bundle", resolve_settings({"engine": "trt", "out": str(rebuilt)}))
     assert (rebuilt / "retrieval" / "memory_tokens.npy").is_file()

@@ -258,6 +258,28 @@ def test_detections_give_coverage_and_annotated_images(graph, demo_bundle):
     assert "mean coverage" in out
 
 
+def test_a_detector_on_the_node_gives_coverage_without_a_detections_topic(graph, demo_bundle, tmp_path):
+    """`detector:=MODEL.onnx`: the node runs the detector on the frames it captions (here one that
+    finds a cup filling every frame), so each record has its objects, coverage and the
+    detector's latency."""
+    from detector_models import write_detector
+
+    model = tmp_path / "cups.onnx"
+    write_detector(model, [(1, (160, 160, 320, 320), 0.9)], gated=False)
+    node = graph.node(demo_bundle, f"detector:={model}", "qos:=reliable", "qos_depth:=10")
+    node.wait_for("captioning")
+    listener = graph.listen("/cam", records=3)
+    graph.peer("publish", "--topic", "/cam/image_raw", "--qos", "reliable", "--count", 3, "--rate", 3)
+    records = listener.result()["records"]["/cam"]
+    assert len(records) == 3
+    for record in records:
+        assert [o["class"] for o in record["objects"]] == ["cup"] and record["objects"][0]["area"] == 1.0
+        assert set(record["coverage"]) == {">1%", ">3%", ">5%", ">10%"}
+        assert record["latency_ms"]["detector"] > 0
+    out = _stopped_cleanly(node, signal.SIGINT)
+    assert "mean coverage" in out
+
+
 def test_parameters_change_at_run_time_through_the_callback(graph, demo_bundle):
     node = graph.node(demo_bundle, "beam:=1.0", "qos:=reliable", "qos_depth:=10")  # 1.0: an int beam
     node.wait_for("captioning")
@@ -305,6 +327,10 @@ def test_sigint_and_sigterm_stop_an_idle_node_at_once_every_time(graph, demo_bun
     (["ros2", "BUNDLE", "--ros-args", "-p", "detections_format:=vision_msgs", "-p", "detections_topic:=d"],
      "vision_msgs is not importable"),
     (["-m", "edgecap.ros2"], "parameter bundle: set it to a bundle directory"),
+    (["ros2", "BUNDLE", "--ros-args", "-p", "detections_topic:=d", "-p", "detector:=yolo.onnx"],
+     "parameter detector: detections_topic already gives the frames' objects"),
+    (["ros2", "BUNDLE", "--ros-args", "-p", "detector:=/nonexistent/yolo.onnx"],
+     "parameter detector: --detector /nonexistent/yolo.onnx: no such file"),
 ])
 def test_start_up_errors_are_one_line_and_exit_non_zero(graph, demo_bundle, args, message):
     args = [str(demo_bundle) if a == "BUNDLE" else a for a in args]

@@ -290,7 +290,7 @@ def test_detections_replace_the_sources_own_objects(tmp_path):
     records = []
     with FrameGrabber(source, pace="every") as grabber:
         run_loop(Captioner(FakeBundle()), grabber, Summary("x"), [records.append], LoopOptions(),
-                 threading.Event(), annotate_objects=lambda f: detected.get(f.frame_id))
+                 threading.Event(), annotate_objects=lambda frames: [detected.get(f.frame_id) for f in frames])
     assert [o.cls for o in records[0].frame.objects] == ["cup"]
     assert records[1].frame.objects is None
 

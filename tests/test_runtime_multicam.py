@@ -3,6 +3,7 @@ camera that fails or stalls while the others go on (`edgecap run --source A --so
 
 import io
 import json
+import re
 import threading
 
 import cv2
@@ -250,6 +251,45 @@ def test_options_that_follow_one_camera_are_refused_with_several(tmp_path, extra
 
 
 def test_the_same_source_twice_is_refused():
-    with pytest.raises(EdgecapError, match="--source synth://tabletop is given twice; each camera once"):
+    with pytest.raises(EdgecapError, match=r"--source synth://tabletop is given twice \(as synth://tabletop\?seed=0&"
+                                           r"size=128&fps=15&scene=4\); each camera once"):
         execute(Captioner(FakeBundle()), RunSettings(source=["synth://tabletop", "synth://tabletop"]),
                 out=io.StringIO())
+
+
+def _two_spellings(tmp_path, kind):
+    import os
+
+    if kind == "folder with and without its slash":
+        folder = tmp_path / "frames"
+        folder.mkdir()
+        cv2.imwrite(str(folder / "a.png"), solid((0, 0, 255)))
+        return [str(folder), f"{folder}/"]
+    if kind == "a video and a symlink to it":
+        video = tmp_path / "clip.mp4"
+        writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"mp4v"), 10, (24, 24))
+        writer.write(solid((0, 0, 255)))
+        writer.release()
+        os.symlink(video, tmp_path / "link.mp4")
+        return [str(video), str(tmp_path / "link.mp4")]
+    if kind == "synth with and without its default seed":
+        return ["synth://tabletop", "synth://tabletop?seed=0"]
+    return ["0", "00"]
+
+
+@pytest.mark.parametrize("kind", ["folder with and without its slash", "a video and a symlink to it",
+                                  "synth with and without its default seed", "camera index written twice"])
+def test_one_camera_under_two_spellings_is_refused_not_captioned_twice(tmp_path, kind):
+    first, second = _two_spellings(tmp_path, kind)
+    bundle = FakeBundle()
+    with pytest.raises(EdgecapError, match=f"--source {re.escape(second)} is given twice"):
+        execute(Captioner(bundle), RunSettings(source=[first, second]), out=io.StringIO())
+    assert bundle.seen_batches == []
+
+
+def test_two_different_synthetic_worlds_are_two_cameras():
+    from edgecap.runtime.sources import source_identity
+
+    assert source_identity("synth://tabletop?seed=1") != source_identity("synth://tabletop")
+    assert source_identity("rtsp://admin:pw@CAM.local/Stream") == source_identity("RTSP://admin:pw@cam.local/Stream")
+    assert source_identity("rtsp://cam.local/Stream") != source_identity("rtsp://cam.local/stream")  # paths keep case

@@ -52,6 +52,14 @@ def test_soak_benchmark_reports_growth_per_10k_frames_for_both_modes(tmp_path):
     assert [[(w["from_frame"], w["to_frame"]) for w in r["windows"]] for r in refit["rows"]] == [[(0, 120), (120, 240)]] * 2
     assert all(r["warmup"] == 120 and r["rss_end_mb"] > 10 for r in refit["rows"])
     assert (out / "soak_samples.csv").read_text().splitlines() == samples  # the samples are kept as they were
+    # --out OTHER: the refit goes there, samples included, and the run's own folder is left as it was
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    other = subprocess.run([sys.executable, f"{REPO}/benchmarks/soak.py", "--reanalyse", str(out), "--warmup", "60",
+                            "--out", str(tmp_path / "refit")], capture_output=True, text=True, timeout=120)
+    assert other.returncode == 0, other.stderr[-2000:]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in (tmp_path / "refit").iterdir()) == ["soak.json", "soak.png", "soak_samples.csv"]
+    assert json.loads((tmp_path / "refit" / "soak.json").read_text())["args"]["warmup"] == 60
     missing = subprocess.run([sys.executable, f"{REPO}/benchmarks/soak.py", "--reanalyse", str(tmp_path / "none")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and f"cannot read {tmp_path / 'none' / 'soak.json'}" in missing.stderr
@@ -61,3 +69,36 @@ def test_soak_benchmark_reports_growth_per_10k_frames_for_both_modes(tmp_path):
                              capture_output=True, text=True, timeout=120)
     assert foreign.returncode == 2 and "lacks 'args' (with 'frames' and 'warmup') or 'rows'" in foreign.stderr
     assert sorted(p.name for p in (tmp_path / "notes").iterdir()) == ["soak.json"]  # nothing written beside it
+
+
+def _soak(*argv, cwd):
+    return subprocess.run([sys.executable, f"{REPO}/benchmarks/soak.py", *map(str, argv)], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)
+
+
+def test_soak_with_bad_arguments_gives_the_clis_one_line_errors(tmp_path):
+    """Each was a traceback: a garbage samples file, --out naming a file, a --checkpoint that is not one."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "soak.json").write_text(json.dumps({"host": {}, "args": {"frames": 240, "warmup": 60},
+                                               "rows": [{"mode": "coverage", "status": "ok"}]}))
+    (run / "soak_samples.csv").write_text("garbage,stuff\n1,2\n")
+    cases = [
+        (["--reanalyse", run], 2, f"soak.py: error: --reanalyse: {run / 'soak_samples.csv'} is not soak.py's samples"),
+        (["--out", notes, "--quick"], 2, f"soak.py: error: --out {notes} exists and is not a directory"),
+        (["--checkpoint", tmp_path / "no.pt", "--quick", "--out", tmp_path / "o"], 2,
+         f"soak.py: error: --checkpoint {tmp_path / 'no.pt'}: no such file"),
+        (["--checkpoint", notes, "--quick", "--out", tmp_path / "o"], 1,
+         f"soak.py: error: checkpoint {notes} is not a readable PyTorch file"),
+    ]
+    for argv, code, line in cases:
+        done = _soak(*argv, cwd=tmp_path)
+        assert done.returncode == code, done.stderr[-2000:]
+        assert done.stderr.strip().splitlines()[-1].startswith(line), done.stderr
+        assert "Traceback" not in done.stderr
+    (run / "soak_samples.csv").write_text("mode,seconds,frames,rss_bytes\nno coverage,0.1,5,1000\n")
+    done = _soak("--reanalyse", run, cwd=tmp_path)
+    assert done.returncode == 2 and "holds no samples of coverage, which soak.json lists as run" in done.stderr
+    assert notes.read_text() == "my notes" and sorted(p.name for p in run.iterdir()) == ["soak.json", "soak_samples.csv"]

@@ -7,6 +7,7 @@ from runtime_helpers import drain
 
 from edgecap.errors import EdgecapError
 from edgecap.runtime.sources import (
+    SOURCE_HELP,
     ACVRSource,
     BadFrame,
     CaptureSource,
@@ -117,6 +118,20 @@ def test_bad_source_strings_give_one_line_errors(spec, message):
     with pytest.raises(SourceOpenError, match=message) as info:
         open_source(spec)
     assert "\n" not in str(info.value)
+
+
+def test_run_with_a_fifo_or_dev_null_as_source_says_what_it_is(tmp_path):
+    """Both were "no such file or directory", though they are there."""
+    import os
+
+    os.mkfifo(tmp_path / "frames.pipe")
+    with pytest.raises(SourceOpenError, match=r"is a named pipe \(FIFO\), which OpenCV cannot open as a video: "
+                                              r"write the stream to a file, or serve it as a URL"):
+        open_source(str(tmp_path / "frames.pipe"))
+    with pytest.raises(SourceOpenError) as info:
+        open_source("/dev/null")
+    assert str(info.value) == ("source '/dev/null' is a character device, not a camera (a video4linux camera is "
+                               f"/dev/videoN); expected {SOURCE_HELP}")
 
 
 def test_unopenable_video_and_camera_are_open_errors(tmp_path):

@@ -27,3 +27,18 @@ def test_startup_quick_times_the_first_caption_and_the_memory(tmp_path):
     # loading the scorer in the background: the first caption goes out unscored, without waiting
     assert rows["background, no torch"]["coverage_on"] is False
     assert rows["on"]["coverage_on"] is True or rows["on"]["coverage"].endswith("(off: no edgecap[nlp])")
+
+
+def test_startup_with_bad_arguments_gives_the_clis_one_line_errors(tmp_path):
+    """--out FILE and --workdir FILE were tracebacks; --bundles , wrote an empty result with exit 0."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    for argv, line in ((["--out", notes], f"--out {notes} exists and is not a directory"),
+                       (["--workdir", notes, "--out", tmp_path / "o"], f"--workdir {notes} exists and is not a directory"),
+                       (["--bundles", ",", "--out", tmp_path / "o"], "--bundles names no bundle; choose from demo, real")):
+        done = subprocess.run([sys.executable, f"{REPO}/benchmarks/startup.py", *map(str, argv)], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+            f"startup.py: error: {line}; name a folder for the results (see startup.py --help)"
+            if "exists" in line else f"startup.py: error: {line} (see startup.py --help)"], done.stderr
+    assert notes.read_text() == "my notes" and not (tmp_path / "o").exists()

@@ -69,7 +69,19 @@ def test_prototype_keys_are_checked_against_prototype_memory():
     with pytest.raises(EdgecapError, match=r"\[prototypes\]: unknown key 'strde' \(did you mean 'stride'\?\)"):
         cfg(**pma, prototypes={"strde": 10})
     ok = cfg(**pma, prototypes={"stride": 10, "bank_iterations": 10})
-    assert ok.prototypes == {"stride": 10, "bank_iterations": 10}
+    assert (ok.prototypes.stride, ok.prototypes.bank_iterations, ok.prototypes.topk) == (10, 10, 32)
+    assert ok.prototypes.seed is None and ok.prototypes.use_gpu is None  # unset: the run's seed, auto
+
+
+@pytest.mark.parametrize("table, message", [
+    # refused when the config is read, not after the data step
+    ({"stride": 0}, r"\[prototypes\]\.stride=0: expected a positive integer"),
+    ({"seed": "1"}, r"\[prototypes\]\.seed = '1': expected an integer"),
+    ({"use_gpu": 1}, r"\[prototypes\]\.use_gpu = 1: expected true or false"),
+])
+def test_bad_prototype_settings_are_one_line_errors(table, message):
+    with pytest.raises(EdgecapError, match=message):
+        cfg(model={"preset": "pma-edge"}, prototypes=table)
 
 
 def test_model_overrides_reach_the_model_config():

@@ -51,8 +51,12 @@ def save(obj, f, *args, **kwargs):
         buffer = io.BytesIO()
         real_save(obj, buffer)
         data = buffer.getvalue()
-        Path(f).write_bytes(data[: len(data) // 2])
-        die(f"torch.save {Path(f).name} (half written)")
+        if hasattr(f, "write"):  # edgecap saves through a file object (a full disk is then an OSError)
+            f.write(data[: len(data) // 2])
+            f.flush()
+        else:
+            Path(f).write_bytes(data[: len(data) // 2])
+        die(f"torch.save {Path(getattr(f, 'name', f)).name} (half written)")
     return real_save(obj, f, *args, **kwargs)
 
 

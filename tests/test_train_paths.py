@@ -104,7 +104,8 @@ def test_every_file_a_config_reads_follows_the_rule(tmp_path, monkeypatch):
     monkeypatch.chdir(elsewhere)
     cfg = tiny_config(tmp_path / "w")
     cfg = TrainConfig(**{**cfg.__dict__, "data": type(cfg.data)(karpathy="data.json", features="feats.h5"),
-                         "retrieval": type(cfg.retrieval)(index="index", visual_from="smart.pt"),
+                         "hook_sections": {**cfg.hook_sections,  # a training hook's paths ([retrieval]) too
+                                           "retrieval": type(cfg.retrieval)(index="index", visual_from="smart.pt")},
                          "model": {**cfg.model, "visual": {**cfg.model["visual"], "weights": "vit.bin"}}})
     got = cfg.with_paths_from(started)
     assert (got.data.karpathy, got.data.features) == (str(started / "data.json"), str(started / "feats.h5"))

@@ -140,7 +140,9 @@ def test_training_memory_never_holds_the_image_itself_and_is_reproducible(world,
     cfg = tiny_config(world, model=TINY_RAT, schedule={"epochs": 1})
     trainer = Trainer(cfg, out=tmp_path / "run", progress=False)
     trainer.setup()
-    memory = trainer.retrieval.memory
+    (hook,) = trainer.hooks  # RA-T's one training hook: its index and retrieved captions
+    assert hook.name == "retrieval"
+    memory = hook.retrieval.memory
     ds: CaptionDataset = trainer.train_set
     assert isinstance(ds.source, ImageSource)
     (tokens,) = ds[0]["extra"]

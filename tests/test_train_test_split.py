@@ -127,3 +127,43 @@ def test_caption_split_refusals(world, m2_features, tmp_path, run_cli):
     # the training features are the default
     code, stdout, err = run_cli("caption", run / "best.pt", "--split", "val", "--quiet")
     assert code == 0 and "val split:" in stdout, err
+
+
+def _with_nan(src, dst, image_ids):
+    """A copy of the features file with every value of `image_ids`' features NaN (a diverged
+    extractor writes that; h5py stores it as is)."""
+    import shutil
+
+    import h5py
+
+    shutil.copy(src, dst)
+    with h5py.File(dst, "r+") as f:
+        for image_id in image_ids:
+            f[f"{image_id}_features"][...] = np.nan
+    return dst
+
+
+def test_caption_split_and_train_on_nan_features_are_refused_naming_the_image(world, m2_features, tmp_path, run_cli):
+    """`caption --split test --features nan.h5` printed "mouse mouse mouse ..." with exit 0."""
+    doc = json.loads((world / "dataset_coco.json").read_text())
+    first_test = next(im["cocoid"] for im in doc["images"] if im["split"] == "test")
+    run = tmp_path / "run"
+    Trainer(_config(world, m2_features), out=run, max_steps=1, progress=False).run()
+    nan = _with_nan(m2_features, tmp_path / "nan.h5", [first_test])
+    out = tmp_path / "test.json"
+    code, stdout, err = run_cli("caption", run / "best.pt", "--split", "test", "--features", nan, "--json", out,
+                                "--quiet")
+    assert code == 1 and not out.exists()
+    import h5py
+
+    with h5py.File(nan, "r") as f:
+        values = f[f"{first_test}_features"].size
+    assert err.strip().splitlines() == [
+        f"edgecap caption: error: features file {nan}: '{first_test}_features' holds {values} NaN or "
+        f"infinite values of {values}; a captioner cannot read them (extract the features again)"]
+    everything = _with_nan(m2_features, tmp_path / "all-nan.h5", [im["cocoid"] for im in doc["images"]])
+    config = tmp_path / "nan.toml"
+    config.write_text(to_toml(_config(world, everything).to_dict()))
+    code, _, err = run_cli("train", "--config", config, "--out", tmp_path / "nan-run", "--max-steps", 1, "--quiet")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert f"features file {everything}: '" in err and "NaN or infinite values" in err

@@ -1,6 +1,7 @@
-"""The TensorRT / cuda-python API edgecap calls (benchmarks/_trt_api.py, a development tool):
-read from its source, checked against the installed modules where they exist and against
-downloaded release bindings where cached (benchmarks/trt_api_check.py)."""
+"""The TensorRT / TensorRT for RTX / cuda-python API edgecap calls (benchmarks/_trt_api.py, a
+development tool): read from its source, checked against the installed modules where they exist
+(TensorRT for RTX is, from the trt-rtx extra) and against downloaded release bindings where
+cached (benchmarks/trt_api_check.py)."""
 
 import importlib.util
 import sys
@@ -15,6 +16,7 @@ from _trt_api import api_uses, missing_api, missing_cuda_api  # noqa: E402
 from tests.conftest import fake_tensorrt  # noqa: E402
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
+HAS_RTX = importlib.util.find_spec("tensorrt_rtx") is not None
 HAS_CUDA = importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings") is not None
 
 
@@ -25,12 +27,18 @@ def _uses():
 def test_the_uses_are_read_from_the_tensorrt_code():
     uses = _uses()
     run = uses["IExecutionContext.execute_async_v3"]
-    assert run.called and run.positional == 1 and run.majors == (10, 11)
+    assert run.called and run.positional == 1 and run.apis == ("tensorrt-10", "tensorrt-11", "tensorrt-rtx-1")
     assert uses["IBuilderConfig.set_timing_cache"].keywords == ("ignore_mismatch",)
+    assert uses["IBuilderConfig.set_timing_cache"].apis == ("tensorrt-10", "tensorrt-11")  # RTX: a no-op
     assert not uses["ICudaEngine.num_io_tensors"].called  # a property
     # implicit INT8 exists on TensorRT 10 only, and the calibrator must override its base's methods
-    assert uses["tensorrt.BuilderFlag.INT8"].majors == (10,)
-    assert uses["IInt8EntropyCalibrator2.get_batch"].override and uses["IInt8EntropyCalibrator2.get_batch"].majors == (10,)
+    assert uses["tensorrt.BuilderFlag.INT8"].apis == ("tensorrt-10",)
+    assert uses["IInt8EntropyCalibrator2.get_batch"].override and uses["IInt8EntropyCalibrator2.get_batch"].apis == ("tensorrt-10",)
+    # TensorRT for RTX's own calls: compute capabilities at build time, its verdict and runtime cache at run time
+    assert uses["IBuilderConfig.set_compute_capability"].apis == ("tensorrt-rtx-1",)
+    assert uses["Runtime.get_engine_validity"].apis == ("tensorrt-rtx-1",)
+    assert uses["IRuntimeConfig.create_runtime_cache"].holder == "runtime_cache"
+    assert uses["IProgressMonitor.step_complete"].override
     assert uses["cudart.cudaMemcpyAsync"].positional == 5
 
 
@@ -51,11 +59,17 @@ def test_missing_api_names_the_use_and_what_is_wrong():
     assert any("IInt8EntropyCalibrator2" in p for p in missing_api(fake_tensorrt("10.3.0")))
 
 
-@pytest.mark.skipif(not HAS_TRT, reason="tensorrt is not installed (pip install 'edgecap[trt]' on a GPU machine)")
-def test_installed_tensorrt_has_every_name_edgecap_uses():
-    import tensorrt
+@pytest.mark.skipif(not (HAS_TRT or HAS_RTX), reason="no TensorRT installed (pip install 'edgecap[trt-rtx]')")
+def test_installed_tensorrts_have_every_name_edgecap_uses():
+    """Each installed distribution (TensorRT for RTX from the trt-rtx extra everywhere; full
+    TensorRT on a GPU machine) has every name its release is asked for."""
+    for module in ("tensorrt", "tensorrt_rtx"):
+        if importlib.util.find_spec(module) is not None:
+            assert missing_api(importlib.import_module(module)) == [], module
+    if HAS_RTX:  # and what only full TensorRT has is not asked of TensorRT for RTX
+        import tensorrt_rtx
 
-    assert missing_api(tensorrt) == []
+        assert not hasattr(tensorrt_rtx.BuilderFlag, "INT8") and not hasattr(tensorrt_rtx, "IInt8EntropyCalibrator2")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="cuda-python is not installed (pip install 'edgecap[trt]')")

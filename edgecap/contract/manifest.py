@@ -17,7 +17,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +48,10 @@ ROW_ROLES = ("decoder_step", "cache_update")
 # by the bundle's `cache_update` graph (slot write and beam reorder where the cache lives)
 CACHE_UPDATES = ("host", "cache_update")
 ENGINES = ("onnxruntime", "tensorrt")
+TENSORRT_DISTRIBUTIONS = ("tensorrt", "tensorrt-rtx")  # edgecap.runtime.tensorrt_dist
 PRECISIONS = ("fp32", "fp16", "int8")
 DTYPES = ("float32", "float16", "int64", "int32", "bool", "int8", "uint8")
+RANDOM_WEIGHTS = "random"  # a front end's `weights` when they are seeded random (no file)
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -94,6 +98,78 @@ def _positive(value: int, where: str, low: int = 1) -> int:
     return value
 
 
+def _read(value, kind, where: str):
+    """`value` as the annotation `kind` says (str, int, float, bool, Any, X | None, list[X],
+    dict[str, X], a _Record), or a one-line error naming `where`."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        kind = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is Any:
+        return value
+    if isinstance(kind, type) and issubclass(kind, _Record):
+        return kind.from_dict(value, where)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ManifestError(f"{where}: expected an object, got {type(value).__name__} {value!r:.60}")
+        return {key: _read(item, args[1], f"{where}.{key}") for key, item in value.items()}
+    if origin is list:
+        if not isinstance(value, list):
+            raise ManifestError(f"{where}: expected a list, got {type(value).__name__} {value!r:.60}")
+        return [_read(item, args[0], f"{where}[{i}]") for i, item in enumerate(value)]
+    kinds = (int, float) if kind is float else (kind,)
+    if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kinds):
+        raise ManifestError(f"{where}: expected {_kind_name((kind,))}, got {type(value).__name__} {value!r:.60}")
+    return float(value) if kind is float else value
+
+
+def _key(f) -> str:
+    """A record field's key in the JSON: its name, or the `key` its metadata gives where the
+    JSON's key is no Python name (`versions["tensorrt-rtx"]`)."""
+    return f.metadata.get("key", f.name)
+
+
+def _plain(value):
+    """A record's value as JSON data."""
+    if isinstance(value, _Record):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+class _Record:
+    """A manifest record read and written field for field, as its dataclass annotations say.
+
+    A field that defaults to None is optional: absent from the JSON while None (and None when
+    the JSON lacks it or says null). Every other field is required and always written, null
+    included where its annotation allows None. Keys a record does not declare are not read. A
+    field's key is its name unless its metadata names another (`_key`)."""
+
+    @classmethod
+    def from_dict(cls, data, where: str):
+        if not isinstance(data, dict):
+            raise ManifestError(f"{where}: expected an object, got {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for f in fields(cls):
+            key = _key(f)
+            if data.get(key) is None and (key not in data or f.default is None):
+                if f.default is MISSING and f.default_factory is MISSING:
+                    raise ManifestError(f"{where}.{key}: missing")
+                continue
+            values[f.name] = _read(data[key], hints[f.name], f"{where}.{key}")
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return {_key(f): _plain(getattr(self, f.name)) for f in fields(self)
+                if not (f.default is None and getattr(self, f.name) is None)}
+
+
 # -- schema --------------------------------------------------------------------------------
 @dataclass
 class TensorSpec:
@@ -116,24 +192,33 @@ class TensorSpec:
 
 @dataclass
 class TensorRTInfo:
-    """What a TensorRT engine was built for; an engine only runs where these match."""
+    """What a TensorRT engine was built with and for; an engine only runs where these match."""
 
     version: str
-    gpu: str
-    compute_capability: str  # "8.7"
+    gpu: str  # the GPU it was built on ("" for TensorRT for RTX built without one)
+    compute_capability: str  # "8.7": the GPU's; TensorRT for RTX: the lowest of compute_capabilities
     workspace_mb: int = 0
     int8_mode: str = ""  # "", "calibrator" or "qdq"
     fp32_layers: int = 0  # normalisation layers pinned to fp32 in an fp16 / int8 build
+    distribution: str = "tensorrt"  # "tensorrt" or "tensorrt-rtx" (TensorRT for RTX)
+    compute_capabilities: list[str] = field(default_factory=list)  # every one the engine runs on
 
     @classmethod
     def from_dict(cls, data: dict, where: str) -> TensorRTInfo:
+        cc = _need(data, "compute_capability", str, where)
+        ccs = _opt(data, "compute_capabilities", list, where, [cc])
+        if not ccs or not all(isinstance(c, str) and re.fullmatch(r"\d+\.\d+", c) for c in ccs):
+            raise ManifestError(f"{where}.compute_capabilities: {ccs!r:.60}, expected a list like [\"8.6\", \"8.9\"]")
         return cls(
             version=_need(data, "version", str, where),
             gpu=_need(data, "gpu", str, where),
-            compute_capability=_need(data, "compute_capability", str, where),
+            compute_capability=cc,
             workspace_mb=_opt(data, "workspace_mb", int, where, 0),
             int8_mode=_opt(data, "int8_mode", str, where, ""),
             fp32_layers=_opt(data, "fp32_layers", int, where, 0),
+            distribution=_choice(_opt(data, "distribution", str, where, "tensorrt"), TENSORRT_DISTRIBUTIONS,
+                                 f"{where}.distribution"),
+            compute_capabilities=list(ccs),
         )
 
 
@@ -287,16 +372,19 @@ class DecodingState(StateDescription):
         return cls(described.cache, described.cross, described.layers, top_k, tuple(extra), update)
 
     def to_dict(self) -> dict:
+        # "host" is left out, as bundles exported before `update` wrote it: they read back as written
+        update = {"update": self.update} if self.update != "host" else {}
         return {**super().to_dict(), "top_k": self.top_k, "encode_extra_names": list(self.encode_extra_names),
-                "update": self.update}
+                **update}
 
     @classmethod
     def of(cls, described: StateDescription, top_k: int, encode_extra_names=(), update: str = "host") -> DecodingState:
         return cls(described.cache, described.cross, described.layers, top_k, tuple(encode_extra_names), update)
 
+    # The graphs' names, a per-layer tensor once per layer ("self_k.0", "self_k.1", ...); the
+    # model's names of the same tensors are StateDescription's `cache_names` / `cross_names`.
     @property
     def cache_graph_names(self) -> list[str]:
-        """The graph's cache tensors (per-layer ones once per layer)."""
         return self.graph_names("cache")
 
     @property
@@ -320,9 +408,197 @@ class DecodingDefaults:
 
 
 @dataclass
+class ModelInfo(_Record):
+    """Which captioner the bundle holds. The runtime reads none of it; tools and benchmarks do."""
+
+    name: str
+    family: str
+    decoder: str
+    config: dict[str, Any]  # the model's whole config as its checkpoint holds it (edgecap.models.config)
+    parameters: int | None = None
+    checkpoint: str | None = None  # the file name it was exported from
+
+
+@dataclass
+class FrontEndInt8(_Record):
+    """Whether an int8 export made the convolutional front end static int8, and why
+    (edgecap.export.front_int8 measures it)."""
+
+    calibration: str  # the calibration images
+    evaluation: str  # the images it was judged on
+    fp32_ms: float
+    int8_ms: float
+    feature_cosine: float  # int8 features against fp32's
+    centred_feature_cosine: float | None  # the same after removing the mean feature (None: one image)
+    cosine_between_images: float | None  # fp32 features of different images (near 1: they barely differ)
+    caption_agreement: float | None  # captions of the two front ends alike (None: untrained or random inputs)
+    precision: str  # what the bundle's front end holds: "int8" or "fp32"
+    reason: str
+
+
+@dataclass
+class ParityReport(_Record):
+    """One engine's parity: the bundle's graphs against PyTorch on the same inputs (the export's
+    gate, edgecap.export.verify), or rebuilt TensorRT engines against the bundle's onnxruntime
+    graphs (edgecap.export.rebuild: `encoder_max_abs_delta`, no PyTorch)."""
+
+    precision: str
+    inputs: str  # where the inputs came from
+    samples: int
+    beam_identical: float  # share of inputs whose beam-search tokens are identical
+    passed: bool
+    random_inputs: bool | None = None
+    max_abs_delta: dict[str, float] | None = None  # per graph role, on PyTorch's inputs
+    feature_cosine: dict[str, float] | None = None  # per graph role, the worst batch
+    feature_scale: float | None = None  # the largest |feature| (visual graphs: the fp32 bound scales with it)
+    criteria: str | None = None  # what the gate checked, in words
+    tolerance: dict[str, float] | None = None  # per role, as the export spec states it
+    tolerance_checked: dict[str, float] | None = None  # per role, the bound max_abs_delta met
+    greedy_identical: float | None = None
+    visual_beam_identical: float | None = None  # the bundle's features through PyTorch's decoder
+    beam_size: int | None = None
+    cider_references: str | None = None  # "dataset", or "pytorch captions" when the inputs have none
+    cider_pytorch: float | None = None
+    cider_bundle: float | None = None
+    cider_delta: float | None = None
+    distinct_captions: int | None = None
+    one_caption_for_all: bool | None = None  # then "identical" says nothing about the model
+    quantize: str | None = None  # int8: which quantization (onnxruntime's mode, TensorRT's int8 mode)
+    front_end_int8: FrontEndInt8 | None = None
+    encoder_max_abs_delta: float | None = None  # a rebuild: engines against the onnxruntime graphs
+
+    @property
+    def ran(self) -> bool:
+        """The gate ran (ParityNotRun's is False); not a key of the JSON."""
+        return True
+
+
+@dataclass
+class ParityNotRun(_Record):
+    """An engine's parity where the exporting machine could not run its engines (TensorRT for
+    RTX builds without a GPU, or on one they are not built for): no verdict, and why. Written as
+    `{"precision", "ran": false, "reason"}`; `parity_record` tells the two records apart by `ran`."""
+
+    precision: str
+    reason: str  # why the engines could not run here, in words
+    ran: bool = False
+
+    @classmethod
+    def from_dict(cls, data, where: str) -> ParityNotRun:
+        record = super().from_dict(data, where)
+        if record.ran:
+            raise ManifestError(f"{where}.ran: true, expected false (a report that ran carries its verdict)")
+        return record
+
+
+def parity_record(data, where: str) -> ParityReport | ParityNotRun:
+    """One engine's parity as the manifest holds it: `"ran": false` is ParityNotRun, anything
+    else the gate's ParityReport (bundles before TensorRT for RTX have no `ran`)."""
+    cls = ParityNotRun if isinstance(data, dict) and data.get("ran") is False else ParityReport
+    return cls.from_dict(data, where)
+
+
+@dataclass
+class GraphCheck(_Record):
+    """What TensorRT would make of one ONNX graph of the bundle (edgecap.export.compat)."""
+
+    tensorrt_compatible: bool
+    problems: list[str]
+    # which judge ruled: "TensorRT for RTX 1.7.1.116's ONNX parser", or edgecap's op list where
+    # no TensorRT imports (absent in bundles exported before the parser judged)
+    checked_by: str | None = None
+
+
+@dataclass
+class Versions(_Record):
+    """The versions that made the bundle; a package that was not installed is absent. The
+    TensorRT distributions (edgecap.runtime.tensorrt_dist) are their modules' `__version__`s,
+    keyed by distribution name: `tensorrt`, and `tensorrt-rtx` for TensorRT for RTX."""
+
+    python: str
+    edgecap: str | None = None
+    torch: str | None = None
+    onnx: str | None = None
+    onnxruntime: str | None = None
+    onnxscript: str | None = None
+    tensorrt: str | None = None
+    tensorrt_rtx: str | None = field(default=None, metadata={"key": "tensorrt-rtx"})
+
+
+@dataclass
+class CoverageVectors(_Record):
+    """Coverage's word vectors for this bundle's vocabulary and the class names
+    (edgecap.metrics.subset), so a robot loads a few hundred kB instead of the whole GloVe table."""
+
+    vectors: str  # path inside the bundle (.npz)
+    sha256: str
+    words: int
+
+    @classmethod
+    def from_dict(cls, data, where: str) -> CoverageVectors:
+        entry = super().from_dict(data, where)
+        if Path(entry.vectors).is_absolute() or ".." in Path(entry.vectors).parts:
+            raise ManifestError(f"{where}.vectors: {entry.vectors!r} is not a path inside the bundle")
+        return entry
+
+    def files(self) -> list[tuple[str, str]]:
+        return [(self.vectors, self.sha256)]
+
+
+@dataclass
+class RetrievalAssets(_Record):
+    """RA-T: the files the runtime's retriever reads (a FAISS index of the training images and
+    their captions as token ids), each with its sha256, and how to read them."""
+
+    index: str  # path inside the bundle
+    tokens: str  # path inside the bundle: [count, length] int64
+    k: int  # captions retrieved per image
+    length: int  # tokens per caption
+    dim: int  # embedding width
+    pad_id: int
+    sha256: dict[str, str]  # per file above
+    kind: str | None = None  # index kind: "flat" or "hnsw"
+    count: int | None = None  # images indexed
+    embedding: dict[str, Any] | None = None  # what made the index's embeddings
+
+    @classmethod
+    def from_dict(cls, data, where: str) -> RetrievalAssets:
+        assets = super().from_dict(data, where)
+        for key in ("index", "tokens"):
+            name = getattr(assets, key)
+            if Path(name).is_absolute() or ".." in Path(name).parts:
+                raise ManifestError(f"{where}.{key}: {name!r} is not a path inside the bundle")
+            if name not in assets.sha256:
+                raise ManifestError(f"{where}.sha256: no hash for {name!r}")
+        return assets
+
+    def files(self) -> list[tuple[str, str]]:
+        return [(self.index, self.sha256[self.index]), (self.tokens, self.sha256[self.tokens])]
+
+
+@dataclass
+class FrontEndInfo(_Record):
+    """A real-size front end in the visual graph: which backbone and which weights."""
+
+    kind: str  # "open_clip" or "torchvision"
+    backbone: str
+    weights: str  # the weights' file name, or RANDOM_WEIGHTS
+    weights_sha256: str
+    tokens: str  # what its feature tokens are, in words
+    grid: int  # tokens per image
+    width: int  # channels per token
+    parameters: int
+
+    @property
+    def random_weights(self) -> bool:
+        """Seeded random weights: the bundle's captions say nothing about a scene."""
+        return self.weights == RANDOM_WEIGHTS
+
+
+@dataclass
 class Manifest:
     format_version: int
-    model: dict  # name, family, decoder, config (the CaptionerConfig as a dict), parameters
+    model: ModelInfo
     input: str  # "images" (visual graph present) or "features"
     batch_size: int
     beam_size: int
@@ -332,15 +608,16 @@ class Manifest:
     decoding: DecodingDefaults
     state: DecodingState
     graphs: list[GraphEntry]
-    parity: dict = field(default_factory=dict)
-    checks: dict = field(default_factory=dict)  # export-time graph checks (TensorRT compatibility)
+    # per engine ("onnxruntime", "tensorrt"); ParityNotRun where the engines could not run
+    parity: dict[str, ParityReport | ParityNotRun] = field(default_factory=dict)
+    checks: dict[str, GraphCheck] = field(default_factory=dict)  # per ONNX file, at export
     target: str = ""
     created: str = ""
-    versions: dict = field(default_factory=dict)
-    # RA-T: files the runtime's retriever reads (index, tokens, sha256 per file, k, length, ...)
-    retrieval: dict = field(default_factory=dict)
-    # real-size front end: kind, backbone, weights ("random" or a file name), weights_sha256, tokens, ...
-    frontend: dict = field(default_factory=dict)
+    # The optional records below are written as {} when absent, as they always were.
+    versions: Versions | None = None
+    retrieval: RetrievalAssets | None = None  # RA-T's retrieval files
+    frontend: FrontEndInfo | None = None  # a real-size front end's provenance
+    coverage: CoverageVectors | None = None  # coverage's word vectors for this vocabulary
     format: str = FORMAT
 
     @classmethod
@@ -356,9 +633,6 @@ class Manifest:
             raise ManifestError(
                 f"{where}.format_version: {version}, this runtime reads version {FORMAT_VERSION} ({newer})"
             )
-        model = _need(data, "model", dict, where)
-        for key in ("name", "family", "decoder"):
-            _need(model, key, str, f"{where}.model")
         kind = _choice(_need(data, "input", str, where), ("images", "features"), f"{where}.input")
         pre = _opt(data, "preprocessing", dict, where)
         if kind == "images" and pre is None:
@@ -366,7 +640,7 @@ class Manifest:
         graphs = [GraphEntry.from_dict(g, f"{where}.graphs[{i}]") for i, g in enumerate(_need(data, "graphs", list, where))]
         manifest = cls(
             format_version=version,
-            model=model,
+            model=ModelInfo.from_dict(_need(data, "model", dict, where), f"{where}.model"),
             input=kind,
             batch_size=_positive(_need(data, "batch_size", int, where), f"{where}.batch_size"),
             beam_size=_positive(_need(data, "beam_size", int, where), f"{where}.beam_size"),
@@ -376,13 +650,15 @@ class Manifest:
             decoding=DecodingDefaults.from_dict(_need(data, "decoding", dict, where), f"{where}.decoding"),
             state=DecodingState.from_dict(_need(data, "state", dict, where), f"{where}.state"),
             graphs=graphs,
-            parity=_opt(data, "parity", dict, where, {}),
-            checks=_opt(data, "checks", dict, where, {}),
+            parity={engine: parity_record(report, f"{where}.parity.{engine}")
+                    for engine, report in _opt(data, "parity", dict, where, {}).items()},
+            checks=_read(_opt(data, "checks", dict, where, {}), dict[str, GraphCheck], f"{where}.checks"),
             target=_opt(data, "target", str, where, ""),
             created=_opt(data, "created", str, where, ""),
-            versions=_opt(data, "versions", dict, where, {}),
-            retrieval=_retrieval(_opt(data, "retrieval", dict, where, {}), f"{where}.retrieval"),
-            frontend=_opt(data, "frontend", dict, where, {}),
+            versions=_optional_record(Versions, data, "versions", where),
+            retrieval=_optional_record(RetrievalAssets, data, "retrieval", where),
+            frontend=_optional_record(FrontEndInfo, data, "frontend", where),
+            coverage=_optional_record(CoverageVectors, data, "coverage", where),
         )
         manifest._check_graphs(where)
         manifest._check_vocab_fits_decoder(where)
@@ -421,9 +697,8 @@ class Manifest:
 
     def files(self) -> list[tuple[str, str]]:
         """(file, sha256) of every file the bundle carries besides manifest.json."""
-        extra = self.retrieval  # only the two files it names, each with its hash
-        return [(e.file, e.sha256) for e in self.graphs] + [
-            (extra[k], extra["sha256"][extra[k]]) for k in ("index", "tokens") if extra]
+        return ([(e.file, e.sha256) for e in self.graphs] + (self.retrieval.files() if self.retrieval else [])
+                + (self.coverage.files() if self.coverage else []))
 
     def graph(self, role: str, engine: str = "onnxruntime") -> GraphEntry | None:
         return next((g for g in self.graphs if g.role == role and g.engine == engine), None)
@@ -439,23 +714,20 @@ class Manifest:
     def to_dict(self) -> dict:
         pre = self.preprocessing
         data = {**asdict(self), "state": self.state.to_dict(), "preprocessing": None if pre is None else pre.to_dict()}
+        data.update({name: _plain(getattr(self, name)) for name in ("model", "parity", "checks")})
+        data.update({name: _plain(getattr(self, name)) or {} for name in ("versions", "retrieval", "frontend")})
+        if self.coverage is None:  # newer than the others: absent, not {}, so older bundles read back as written
+            del data["coverage"]
+        else:
+            data["coverage"] = self.coverage.to_dict()
         # `format` first so a reader sees what the file is at a glance
         return {"format": data.pop("format"), **data}
 
 
-def _retrieval(data: dict, where: str) -> dict:
-    if not data:
-        return {}
-    for key in ("k", "length", "dim", "pad_id"):
-        _need(data, key, int, where)
-    hashes = _need(data, "sha256", dict, where)
-    for key in ("index", "tokens"):
-        name = _need(data, key, str, where)
-        if Path(name).is_absolute() or ".." in Path(name).parts:
-            raise ManifestError(f"{where}.{key}: {name!r} is not a path inside the bundle")
-        if not isinstance(hashes.get(name), str):
-            raise ManifestError(f"{where}.sha256: no hash for {name!r}")
-    return data
+def _optional_record(cls, data: dict, key: str, where: str):
+    """A record the manifest holds as {} when there is none (-> None)."""
+    table = _opt(data, key, dict, where, {})
+    return cls.from_dict(table, f"{where}.{key}") if table else None
 
 
 # -- files ------------------------------------------------------------------------------------

@@ -21,6 +21,18 @@ def box_fraction(box, width: float, height: float) -> float:
     return min(1.0, (right - left + 1) * (bottom - top + 1) / float(width * height))
 
 
+def clip_box(box, width: float, height: float) -> tuple[float, float, float, float] | None:
+    """The part of an inclusive pixel box (left, top, right, bottom) inside a width x height
+    frame, or None when no part of it is. A detector's box may reach past the frame's edges
+    (COCO [-50, -50, 60, 60] on a 96 x 96 frame); only the visible part is in view."""
+    left, top, right, bottom = (float(v) for v in box)
+    left, top = max(left, 0.0), max(top, 0.0)
+    right, bottom = min(right, width - 1.0), min(bottom, height - 1.0)
+    if right - left + 1.0 <= 0.0 or bottom - top + 1.0 <= 0.0:
+        return None
+    return left, top, right, bottom
+
+
 def check_area(area: str) -> str:
     """`area` if it is one of AREAS, else the one-line error every --area reader gives."""
     if area not in AREAS:
@@ -50,11 +62,15 @@ class KnownObject:
     @classmethod
     def measured(cls, name: str, box, pixel_area: float | None, width: int, height: int,
                  area: str = "box") -> KnownObject:
-        """An object whose coverage area is `area` (`object_area`), with both of
-        its areas kept, so a recorded run can be re-scored by the other one."""
-        box = tuple(float(v) for v in box)
-        return cls(name, box, object_area(box, pixel_area, width, height, area), box_fraction(box, width, height),
-                   None if pixel_area is None else float(pixel_area))
+        """An object whose coverage area is `area` (`object_area`), with both of its areas
+        kept, so a recorded run can be re-scored by the other one. The box is clipped to the
+        frame (`clip_box`) and its area is the visible part's; a box wholly outside has area 0
+        (`objects_in_view` leaves such boxes out and counts them)."""
+        visible = clip_box(box, width, height)
+        if visible is None:
+            return cls(name, tuple(float(v) for v in box), 0.0, 0.0, None if pixel_area is None else 0.0)
+        return cls(name, visible, object_area(visible, pixel_area, width, height, area),
+                   box_fraction(visible, width, height), None if pixel_area is None else float(pixel_area))
 
     @classmethod
     def from_record(cls, obj, area: str | None = None) -> KnownObject:
@@ -81,6 +97,19 @@ class KnownObject:
             if getattr(self, key) is not None:
                 out[key] = round(float(getattr(self, key)), 6)
         return out
+
+
+def objects_in_view(entries, width: int, height: int, area: str = "box") -> tuple[list[KnownObject], int]:
+    """(the KnownObjects of (class, box, mask pixel fraction or None) entries in a width x height
+    frame, their boxes clipped to it; how many boxes had no part inside it and were left out).
+    Every source of boxes from outside (a detections file, a detector) builds its objects here."""
+    kept, outside = [], 0
+    for name, box, pixel_area in entries:
+        if clip_box(box, width, height) is None:
+            outside += 1
+            continue
+        kept.append(KnownObject.measured(name, box, pixel_area, width, height, area))
+    return kept, outside
 
 
 def class_areas(objects: list[KnownObject]) -> dict[str, float]:

@@ -140,7 +140,3 @@ def preprocess_as(image_bgr: np.ndarray, settings: Mapping | Preprocessing, out:
     """`preprocess` as a `Preprocessing` or its dict form (the manifest's record) says; into `out` when given."""
     pre = settings if isinstance(settings, Preprocessing) else Preprocessing.from_mapping(settings)
     return pre(image_bgr, out=out)
-
-
-def preprocess_batch(images_bgr, size: int, **kwargs) -> np.ndarray:
-    return np.stack([preprocess(im, size, **kwargs) for im in images_bgr])

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgecap.contract.objects import AREAS, box_fraction, check_area, object_area  # noqa: F401 (importable from here, as before)
+from edgecap.contract.objects import box_fraction, check_area
 from edgecap.data.classes import ACVR_CLASSES, BACKGROUND_CLASS, challenge_class
 from edgecap.errors import EdgecapError
 

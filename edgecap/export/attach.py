@@ -30,11 +30,11 @@ def attach_frontend(ckpt, backbone: str, weights: str = "", image_size: int = 0)
 
     -> notes for the user (e.g. that the checkpoint records no provenance to check against).
     """
-    from edgecap.models.factory import build_from_config
+    from edgecap.models.factory import build_from_config, takes_images
     from edgecap.models.frontends import build_frontend, provenance, skeleton_front_ends
 
     cfg, made = ckpt.config, dict(ckpt.meta.get("features_provenance") or {})
-    if cfg.visual.kind != "features":
+    if takes_images(cfg.visual.kind):
         raise EdgecapError(f"--frontend {backbone}: this checkpoint already reads images through its own "
                            f"front end ({cfg.visual.kind} {cfg.visual.backbone or ''}); --frontend is for "
                            f"captioners trained on precomputed features")

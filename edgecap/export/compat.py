@@ -1,8 +1,13 @@
-"""TensorRT compatibility checks that need no GPU (and no tensorrt package).
+"""TensorRT compatibility checks on every exported ONNX graph, before a TensorRT build and in the tests.
 
-Run on every exported ONNX graph before a TensorRT build and in the tests:
+The judge is the real TensorRT ONNX parser whenever TensorRT or TensorRT for RTX imports
+(`export.tensorrt.parser_problems`: its errors in its own words; TensorRT for RTX's parser runs
+without a GPU, so CI has it): `check_file` records which parser ruled in the report. Always, for
+the bundle's own contract (one static engine per graph):
 - every graph input, output and (after shape inference) intermediate tensor has a static shape;
-- no control flow (If, Loop, Scan) and no op whose output shape depends on data (NonZero, ...);
+- no control flow (If, Loop, Scan) and no op whose output shape depends on data (NonZero, ...).
+Only when neither TensorRT imports, the fallback is edgecap's own list of what TensorRT's
+parser takes, checked statically:
 - every op is one the TensorRT ONNX parser implements in every supported release (the list
   below: onnx-tensorrt's docs/operators.md for TensorRT 10.0, the oldest supported; 10.15 and
   11 add ops such as Attention and RMSNormalization that 10.0-10.3, JetPack 6's, cannot parse);
@@ -14,8 +19,8 @@ Run on every exported ONNX graph before a TensorRT build and in the tests:
 - no onnxruntime contrib ops (domain com.microsoft, e.g. the MatMulNBits of weight-only int8):
   the TensorRT ONNX parser implements the standard domain only, and ONNX shape inference
   cannot see through them, so their graphs' shapes are not checked further;
-- polygraphy loads the graph and runs it with onnxruntime on inputs generated from the graph's
-  own metadata, which confirms the shapes it reports are the ones the bundle records.
+And polygraphy loads the graph and runs it with onnxruntime on inputs generated from the
+graph's own metadata, which confirms the shapes it reports are the ones the bundle records.
 """
 
 from __future__ import annotations
@@ -64,12 +69,16 @@ QDQ_OPS = {"QuantizeLinear": 2, "DequantizeLinear": 2}  # op -> the zero point's
 TENSORRT_DTYPES = {1: "float32", 10: "float16", 16: "bfloat16", 7: "int64", 6: "int32", 9: "bool", 3: "int8", 2: "uint8"}
 
 
+FALLBACK = "edgecap's list of TensorRT 10.0's ONNX ops (no TensorRT installed)"
+
+
 @dataclass
 class CompatReport:
     file: str
     ops: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     polygraphy: dict = field(default_factory=dict)
+    checked_by: str = FALLBACK  # which parser (or edgecap's list) judged the graph
 
     @property
     def ok(self) -> bool:
@@ -77,7 +86,7 @@ class CompatReport:
 
     def to_dict(self) -> dict:
         return {"file": self.file, "ok": self.ok, "ops": self.ops, "problems": self.problems,
-                "polygraphy": self.polygraphy}
+                "polygraphy": self.polygraphy, "checked_by": self.checked_by}
 
 
 def _walk_nodes(graph):
@@ -113,8 +122,9 @@ def _qdq_problems(graph) -> list[str]:
     return problems[:3] + ([f"... {len(problems) - 3} more Q/DQ nodes like these"] if len(problems) > 3 else [])
 
 
-def check_graph(model, name: str = "graph") -> CompatReport:
-    """Static checks on an onnx.ModelProto."""
+def check_graph(model, name: str = "graph", op_list: bool = True) -> CompatReport:
+    """Static checks on an onnx.ModelProto: the bundle's contract (static shapes, straight-line),
+    and with `op_list` edgecap's own list of what TensorRT's parser takes (the fallback)."""
     onnx = require("onnx", "train", "ONNX compatibility checks")
     report = CompatReport(file=name)
     ops = set()
@@ -126,6 +136,8 @@ def check_graph(model, name: str = "graph") -> CompatReport:
     for op in sorted(ops & DATA_DEPENDENT):
         report.problems.append(f"op {op} has a data-dependent output shape")
     contrib = sorted(op for op in ops if op.startswith(f"{CONTRIB_DOMAIN}::"))
+    if not op_list:
+        return report if contrib else _shape_problems(onnx, model, report, dtypes=False)
     for op in contrib:
         report.problems.append(f"op {op} is an onnxruntime contrib op{CONTRIB_HINTS.get(op, '')} "
                                "that the TensorRT ONNX parser does not implement")
@@ -138,7 +150,12 @@ def check_graph(model, name: str = "graph") -> CompatReport:
     report.problems += _qdq_problems(model.graph)
     if contrib:
         return report  # shape inference stops at ops it does not know: every later shape looks dynamic
+    return _shape_problems(onnx, model, report, dtypes=True)
 
+
+def _shape_problems(onnx, model, report: CompatReport, dtypes: bool) -> CompatReport:
+    """Every tensor's shape static after ONNX shape inference; with `dtypes`, every element
+    type one TensorRT carries (edgecap's list)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except onnx.shape_inference.InferenceError as exc:  # an invalid graph is a finding, not a crash
@@ -154,12 +171,12 @@ def check_graph(model, name: str = "graph") -> CompatReport:
             if not v.type.HasField("tensor_type"):
                 report.problems.append(f"{kind} {v.name!r} is not a tensor")
                 continue
-            if t.elem_type not in TENSORRT_DTYPES:
+            if dtypes and t.elem_type not in TENSORRT_DTYPES:
                 report.problems.append(f"{kind} {v.name!r} has element type {t.elem_type} (not carried by TensorRT)")
             if not t.HasField("shape") or any(not d.HasField("dim_value") for d in t.shape.dim):
                 dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim] if t.HasField("shape") else "unknown rank"
                 report.problems.append(f"{kind} {v.name!r} has a non-static shape {dims}")
-    for init in g.initializer:
+    for init in g.initializer if dtypes else ():
         if init.data_type not in TENSORRT_DTYPES:
             report.problems.append(f"initializer {init.name!r} has element type {init.data_type}")
     return report
@@ -186,10 +203,22 @@ def polygraphy_inspect(path: str | Path, value_ranges: dict[str, tuple] | None =
     return {"inputs": inputs, "outputs": outs, "dynamic_inputs": dynamic, "ran": True}
 
 
-def check_file(path: str | Path, value_ranges: dict[str, tuple] | None = None, run_polygraphy: bool = True) -> CompatReport:
+def check_file(path: str | Path, value_ranges: dict[str, tuple] | None = None, run_polygraphy: bool = True,
+               tensorrt: str = "auto") -> CompatReport:
+    """The checks on one graph file. tensorrt: the distribution whose parser judges it ("auto":
+    TensorRT, else TensorRT for RTX, else edgecap's list when neither imports)."""
+    from edgecap.runtime import tensorrt_dist
+
     onnx = require("onnx", "train", "ONNX compatibility checks")
     path = Path(path)
-    report = check_graph(onnx.load(str(path)), path.name)
+    dist = tensorrt_dist.available() if tensorrt == "auto" else tensorrt_dist.DISTRIBUTIONS[tensorrt]
+    report = check_graph(onnx.load(str(path), load_external_data=False), path.name, op_list=dist is None)
+    if dist is not None:
+        from edgecap.export.tensorrt import parser_problems
+
+        module = tensorrt_dist.load(dist, "TensorRT compatibility checks")
+        report.problems += parser_problems(path, dist)
+        report.checked_by = f"{dist.describe(module.__version__)}'s ONNX parser"
     if run_polygraphy:
         try:
             report.polygraphy = polygraphy_inspect(path, value_ranges)

@@ -58,15 +58,15 @@ FORMATS: dict[str, Format] = {
         ),
         Format(
             name="trt",
-            title="TensorRT engines built from the ONNX graphs",
+            title="TensorRT engines built from the ONNX graphs (TensorRT or TensorRT for RTX)",
             suffix=".engine",
             runtime="tensorrt",
-            device="cuda (NVIDIA GPU, Jetson)",
+            device="cuda (NVIDIA GPU, Jetson; TensorRT for RTX: Ampere, Ada, Blackwell RTX)",
             precisions=("fp32", "fp16", "int8"),
-            options=("workspace", "timing_cache", "int8_mode"),
-            requires="tensorrt",
+            options=("tensorrt", "workspace", "timing_cache", "int8_mode"),
+            requires="tensorrt",  # or tensorrt_rtx: edgecap.runtime.tensorrt_dist chooses
             extra="trt",
-            defaults={"workspace": 1024, "timing_cache": "", "int8_mode": "qdq"},
+            defaults={"tensorrt": "auto", "workspace": 1024, "timing_cache": "", "int8_mode": "qdq"},
         ),
     )
 }
@@ -76,6 +76,7 @@ CHOICES = {
     "exporter": ("torchscript", "dynamo"),
     "quantize": ("dynamic", "static", "weight-only"),
     "int8_mode": ("qdq", "calibrator"),
+    "tensorrt": ("auto", "tensorrt", "tensorrt-rtx"),  # edgecap.runtime.tensorrt_dist.CHOICES
 }
 # parity inputs by default: enough that "100% identical" means something (held-out images
 # first; a dataset with fewer real images has them all, edgecap.export.verify)
@@ -105,6 +106,7 @@ class ExportSettings:
     target: str = ""
     quantize: str = "dynamic"
     workspace: int = 1024  # MiB
+    tensorrt: str = "auto"  # which TensorRT builds: tensorrt, tensorrt-rtx (TensorRT for RTX), auto: the first that imports
     timing_cache: str = ""
     int8_mode: str = "qdq"
     calibration: str = ""  # images calibrating a convolutional front end's static int8 ("" = synthetic world)

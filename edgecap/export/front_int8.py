@@ -75,7 +75,7 @@ def quantize_visual(path: Path, spec, calibration: str, inputs, batches: list[tu
     """Quantise the visual graph at `path` in place if int8 pays; -> the record of the choice."""
     from edgecap.export.calibration import calibration_images
     from edgecap.export.quantize import quantize_front_end
-    from edgecap.export.verify import caption_agreement, feature_cosine
+    from edgecap.export.verify import caption_agreement
 
     calib, calib_source = calibration_images(calibration, CALIBRATION_IMAGES, spec.preprocessing(), spec.batch)
     evaluation, eval_source = evaluation_images(spec, inputs, batches)
@@ -86,20 +86,12 @@ def quantize_visual(path: Path, spec, calibration: str, inputs, batches: list[tu
         name = fp32.get_inputs()[0].name
         fp32_ms = _median_ms(fp32, {name: evaluation[0]})
         int8_ms = _median_ms(int8, {name: evaluation[0]})
-        pairs = [(*fp32.run(None, {name: x}), *int8.run(None, {name: x})) for x in evaluation]
-        feats_a = np.concatenate([p[0] for p in pairs])
-        feats_b = np.concatenate([p[2] for p in pairs])
+        pairs, measured = compare_graphs(fp32, int8, evaluation)
         record = {
             "calibration": calib_source if calibration else f"{calib_source}; none named with --calibration",
             "evaluation": eval_source,
             "fp32_ms": round(fp32_ms, 3), "int8_ms": round(int8_ms, 3),
-            "feature_cosine": feature_cosine(feats_a, feats_b),
-            # both need two images or more (one image is its own mean): None with one
-            "centred_feature_cosine": feature_cosine(feats_a, feats_b, centre=feats_a.mean(axis=0))
-            if len(feats_a) > 1 else None,
-            # how alike different images' fp32 features are: near 1, the features barely
-            # depend on the image (random weights) and the plain cosine says little
-            "cosine_between_images": feature_cosine(feats_a[:-1], feats_a[1:]) if len(feats_a) > 1 else None,
+            **measured,
             "caption_agreement": None,
         }
         if is_trained(meta) and not inputs.random:
@@ -123,6 +115,39 @@ def quantize_visual(path: Path, spec, calibration: str, inputs, batches: list[tu
         return record
     finally:
         candidate.unlink(missing_ok=True)
+
+
+def compare_graphs(fp32, int8, batches: list[np.ndarray], head: tuple | None = None) -> tuple[list[tuple], dict]:
+    """The fp32 and int8 visual graphs (onnxruntime sessions) on the same preprocessed batches:
+    -> ((feats, mask) of both per batch, {feature cosine plain and centred, how alike different
+    images' fp32 features are, and with an ImageNet `head` (weight [classes, D], bias), the share
+    of images whose top-1 class of the pooled features is the same, and each image's pair})."""
+    from edgecap.export.verify import feature_cosine
+
+    name = fp32.get_inputs()[0].name
+    pairs = [(*fp32.run(None, {name: x}), *int8.run(None, {name: x})) for x in batches]
+    feats_a = np.concatenate([p[0] for p in pairs])
+    feats_b = np.concatenate([p[2] for p in pairs])
+    measured = {
+        "feature_cosine": feature_cosine(feats_a, feats_b),
+        # both need two images or more (one image is its own mean): None with one
+        "centred_feature_cosine": feature_cosine(feats_a, feats_b, centre=feats_a.mean(axis=0))
+        if len(feats_a) > 1 else None,
+        # how alike different images' fp32 features are: near 1, the features barely
+        # depend on the image (random weights) and the plain cosine says little
+        "cosine_between_images": feature_cosine(feats_a[:-1], feats_a[1:]) if len(feats_a) > 1 else None,
+    }
+    if head is not None:
+        top_a, top_b = (top1(f, head) for f in (feats_a, feats_b))
+        measured["top1_agreement"] = float(np.mean(top_a == top_b))
+        measured["top1"] = [[int(a), int(b)] for a, b in zip(top_a, top_b, strict=True)]
+    return pairs, measured
+
+
+def top1(feats: np.ndarray, head: tuple) -> np.ndarray:
+    """Each image's top-1 class: its grid [N, D] average-pooled through the classifier `head`."""
+    weight, bias = head
+    return (feats.mean(axis=1) @ weight.T + bias).argmax(axis=1)
 
 
 def check_calibration(calibration: str, visual: Path) -> None:

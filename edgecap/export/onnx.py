@@ -149,7 +149,7 @@ def export_graph(spec: GraphSpec, path: str | Path, opset: int, exporter: str = 
     path = Path(path)
     try:
         _torch_export(spec, path, opset, exporter)
-    except EdgecapError:
+    except (EdgecapError, OSError):  # an OSError is about the file: the bundle's writer names it (a full disk)
         raise
     except Exception as exc:  # the exporters raise many types
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -127,8 +127,12 @@ def _prepared(src: Path, dst: Path, unfold_gemm: bool) -> Path:
     return clean
 
 
-def quantize_int8(src: Path, dst: Path, mode: str, feeds: list[dict] | None = None) -> str:
-    """Write an int8 version of `src` to `dst`; -> the precision written ("int8" or "fp32")."""
+def quantize_int8(src: Path, dst: Path, mode: str, feeds: list[dict] | None = None, quantize_bias: bool = True) -> str:
+    """Write an int8 version of `src` to `dst`; -> the precision written ("int8" or "fp32").
+
+    quantize_bias: static QDQ's biases as int32 (onnxruntime's default, which its CPU kernels
+    fuse); False keeps them float, the QDQ form TensorRT builds (its parser refuses an int32
+    DequantizeLinear: "input has type Int32 but must have type FP8, FP4, Int4, Int8, or UInt8")."""
     if mode == "weight-only":
         return quantize_weight_only(src, dst, WEIGHT_ONLY)
     require("onnxruntime.quantization", "train", "int8 quantization")
@@ -151,7 +155,8 @@ def quantize_int8(src: Path, dst: Path, mode: str, feeds: list[dict] | None = No
                 quantize_static(
                     str(src), str(dst), _Feeds(feeds, _input_names(src)), quant_format=QuantFormat.QDQ,
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, op_types_to_quantize=ops,
-                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
+                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
+                                   "QuantizeBias": quantize_bias},
                 )
             else:
                 raise EdgecapError(f"int8 quantization mode {mode!r}, expected dynamic, static or weight-only")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgecap.contract.manifest import Manifest
+from edgecap.contract.manifest import Manifest, ParityNotRun, ParityReport
 
 
 @dataclass
@@ -16,5 +16,5 @@ class ExportResult:
     defaulted: bool = False  # the path was chosen by edgecap (no --out)
 
     @property
-    def parity(self) -> dict:
+    def parity(self) -> dict[str, ParityReport | ParityNotRun]:
         return self.manifest.parity

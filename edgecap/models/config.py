@@ -1,8 +1,12 @@
 """Model configuration: plain dataclasses, stored verbatim in checkpoints.
 
-`CaptionerConfig` holds what every family shares; one nested sub-config per variant holds the
-rest. `CaptionerConfig.from_dict` rebuilds a config from a checkpoint or a preset file and
-rejects unknown keys by name.
+`CaptionerConfig` holds what every family shares and the visual front end's settings. A
+variant's own hyper-parameters are a dataclass its module registers (`CONFIG_SECTIONS`,
+e.g. `memory` in attention/memory.py); the config holds one of each registered section, read
+and written as a nested table of the same name (`"memory": {"slots": 40}`) and reached as an
+attribute (`cfg.memory.slots`), so a new variant adds a section without touching this file.
+`CaptionerConfig.from_dict` rebuilds a config from a checkpoint or a preset file and rejects
+unknown keys by name.
 """
 
 from __future__ import annotations
@@ -13,48 +17,8 @@ from typing import Any
 
 from edgecap.contract.preprocess import Preprocessing
 from edgecap.errors import EdgecapError, did_you_mean
+from edgecap.models.registry import CONFIG_SECTIONS, DECODERS
 from edgecap.typed import typed
-
-
-@dataclass
-class MemoryConfig:
-    """Learnable memory slots in encoder self-attention (SMArT, M2)."""
-
-    slots: int = 40
-
-
-@dataclass
-class PrototypeConfig:
-    """PMA-Net prototype memory in decoder self-attention (buffers; filled during training)."""
-
-    count: int = 1024  # m prototype key/value vectors per layer
-    segment_embeddings: bool = True
-
-
-@dataclass
-class LSTMConfig:
-    """Up-Down (Anderson et al. 2018): attention LSTM + language LSTM."""
-
-    hidden: int = 1000
-    embed: int = 1000
-    attention_hidden: int = 512
-
-
-@dataclass
-class RetrievalConfig:
-    """RA-Transformer: k retrieved captions per image, each padded to `length` tokens."""
-
-    k: int = 10
-    length: int = 20  # tokens per retrieved caption (BOS .. EOS, then padding)
-    index: str = ""  # the `edgecap index build` directory; export copies it into the bundle
-
-
-@dataclass
-class ClusteringConfig:
-    """ACF clustering attention: the encoder's 2-D grid and its down-up sampling rate."""
-
-    grid_w: int = 0  # grid width in tokens; 0 = square grid (sqrt of n_regions)
-    downsample: int = 2  # 1 = none; 2 = C on a 2x average-pooled grid, repeated back
 
 
 @dataclass
@@ -88,7 +52,7 @@ class VisualConfig:
 
 @dataclass
 class CaptionerConfig:
-    """Everything needed to rebuild a captioner; `asdict(cfg)` goes into checkpoints."""
+    """Everything needed to rebuild a captioner; `cfg.to_dict()` goes into checkpoints."""
 
     name: str = "custom"
     family: str = "transformer"
@@ -111,36 +75,50 @@ class CaptionerConfig:
     bos_id: int = 1
     eos_id: int = 2
     unk_id: int = 3
-    memory: MemoryConfig = field(default_factory=MemoryConfig)
-    prototype: PrototypeConfig = field(default_factory=PrototypeConfig)
-    lstm: LSTMConfig = field(default_factory=LSTMConfig)
-    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
-    clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
     visual: VisualConfig = field(default_factory=VisualConfig)
+    # section name -> that variant's dataclass, one per registered section (defaults where unset)
+    sections: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
+        self.sections = {name: self.sections.get(name) or CONFIG_SECTIONS.get(name)() for name in CONFIG_SECTIONS.names()}
         for name in ("d_model", "n_heads", "d_ff", "d_in", "n_regions"):
             if getattr(self, name) < 1:
                 raise EdgecapError(f"config {self.name!r}: {name}={getattr(self, name)}, expected >= 1")
         if not 0 <= self.dropout < 1:
             raise EdgecapError(f"config {self.name!r}: dropout={self.dropout}, expected a probability in [0, 1)")
-        if self.decoder == "transformer" and self.d_model % self.n_heads:
+        if self.d_model % self.n_heads and DECODERS.get(self.decoder).splits_heads:
             raise EdgecapError(
                 f"config {self.name!r}: d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
             )
         if self.max_len < 2:
             raise EdgecapError(f"config {self.name!r}: max_len={self.max_len}, expected >= 2")
 
+    def __getattr__(self, name: str):
+        """A variant's section by its name: `cfg.memory.slots`."""
+        sections = self.__dict__.get("sections") or {}
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The shared fields, then each section as a table of its own, then `visual`: the layout
+        checkpoints and bundle manifests have always held."""
+        data = asdict(self)
+        sections, visual = data.pop("sections"), data.pop("visual")
+        return {**data, **dict(sorted(sections.items())), "visual": visual}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "config") -> CaptionerConfig:
-        return _from_dict(cls, data, where)
+        if not isinstance(data, dict):
+            raise EdgecapError(f"{where}: expected a table of fields, got {type(data).__name__}")
+        names = CONFIG_SECTIONS.names()
+        own = {k: v for k, v in data.items() if k not in names}
+        sections = {k: _from_dict(CONFIG_SECTIONS.get(k), v, f"{where}.{k}") for k, v in data.items() if k in names}
+        return _from_dict(cls, own, where, extra_fields=names, sections=sections)
 
     def replace(self, **overrides) -> CaptionerConfig:
         """A copy with overrides; nested fields as dicts or dotted names ("memory.slots")."""
@@ -163,15 +141,16 @@ def _set_dotted(data: dict, key: str, value, name: str) -> None:
         node[parts[-1]] = value
 
 
-def _from_dict(cls, data: dict[str, Any], where: str):
+def _from_dict(cls, data: dict[str, Any], where: str, extra_fields=(), **given):
+    """`cls` from a table; `extra_fields` are further valid keys, read by the caller into `given`."""
     if not isinstance(data, dict):
         raise EdgecapError(f"{where}: expected a table of fields, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in given}
     unknown = [k for k in data if k not in fields]
     if unknown:
-        k = unknown[0]
+        k, valid = unknown[0], [*fields, *extra_fields]
         raise EdgecapError(
-            f"{where}: unknown field {k!r}{did_you_mean(k, fields)}; valid fields: {', '.join(fields)}"
+            f"{where}: unknown field {k!r}{did_you_mean(k, valid)}; valid fields: {', '.join(valid)}"
         )
     kwargs = {}
     for key, value in data.items():
@@ -183,4 +162,4 @@ def _from_dict(cls, data: dict[str, Any], where: str):
             # `"160"` for d_model or `"16"` for memory.slots would only fail deep inside torch
             own = fields[key].default if default is None else default()
             kwargs[key] = typed(value, own, f"{where}.{key}", any_length="..." in str(fields[key].type))
-    return cls(**kwargs)
+    return cls(**kwargs, **given)

@@ -153,15 +153,24 @@ class TransformerCaptioner(CaptionModel):
             self.encode_extra_names = tuple(self.side.input_names)
         self.export_spec = attention.export_spec or "transformer"
 
+    @classmethod
+    def attention_parts(cls, cfg) -> tuple:
+        return ((ENCODER_ATTENTION, cfg.encoder_attention), (DECODER_SELF_ATTENTION, cfg.decoder_self_attention),
+                (CROSS_ATTENTION, cfg.cross_attention))
+
+    @classmethod
+    def upgrade_v1_state(cls, cfg, state: dict) -> None:
+        """Version 1 never stored the position table: it was the sinusoid, rebuilt on load."""
+        if "positions" not in state:
+            state["positions"] = decoder_positions(cfg)
+
     def describe(self) -> dict[str, str]:
         cfg, parts = self.cfg, []
-        for registry, name in ((ENCODER_ATTENTION, cfg.encoder_attention),
-                               (DECODER_SELF_ATTENTION, cfg.decoder_self_attention),
-                               (CROSS_ATTENTION, cfg.cross_attention)):
+        for registry, name in self.attention_parts(cfg):
             part = registry.get(name).describe(cfg)
             if part and part not in parts:
                 parts.append(part)
-        return {"layers": f"{cfg.enc_layers}+{cfg.dec_layers}", "memory": ", ".join(parts) or "-"}
+        return {"layers": self.layers_label(cfg), "memory": ", ".join(parts) or "-"}
 
     def encode_extra_example(self, batch: int):
         return () if self.side is None else self.side.example_inputs(batch, self.fc.weight.device)

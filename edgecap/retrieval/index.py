@@ -40,6 +40,16 @@ def _faiss():
     return require("faiss", "retrieval", "kNN caption retrieval")
 
 
+def write_faiss(index, path: str | os.PathLike) -> None:
+    """faiss.write_index, but through Python's file writes: faiss reports a full disk as a
+    RuntimeError ("write error in ... (No space left on device)"), Python as the OSError that
+    edgecap's writers turn into one line naming the output and the free space. The serialized
+    index is held in memory once more while it is written (caption indexes are small)."""
+    data = _faiss().serialize_index(index)
+    with open(path, "wb") as fh:
+        fh.write(memoryview(data))
+
+
 def _check_embeddings(emb, what: str) -> np.ndarray:
     emb = np.ascontiguousarray(emb, dtype=np.float32)
     if emb.ndim != 2 or emb.shape[0] == 0:
@@ -144,10 +154,9 @@ class CaptionIndex:
     def save(self, out: str | os.PathLike, force: bool = False) -> Path:
         from edgecap.io import RETRIEVAL_INDEX, atomic_dir
 
-        faiss = _faiss()
         out = Path(out)
         with atomic_dir(out, RETRIEVAL_INDEX, force=force) as tmp:
-            faiss.write_index(self.index, str(tmp / "index.faiss"))
+            write_faiss(self.index, tmp / "index.faiss")
             (tmp / "captions.json").write_text(
                 json.dumps({"image_ids": self.image_ids, "captions": self.captions}), encoding="utf-8"
             )

@@ -135,6 +135,13 @@ def caption_node_class():
             coverage = None
             if s["detections_topic"]:
                 coverage = self._subscribe_detections(s["detections_topic"], s["detections_format"])
+            self.detector = self._open_detector() if s["detector"] else None
+            if self.detector is not None:
+                from edgecap.runtime.detector import coverage_vocabulary
+                from edgecap.runtime.scoring import CoverageAnnotator
+
+                coverage = CoverageAnnotator(log=self.get_logger().warning, vocabulary=coverage_vocabulary(self.detector))
+                coverage.warm_up()
             self.caption_types = {STRING}
             try:
                 message_class(ANNOTATIONS)
@@ -201,8 +208,24 @@ def caption_node_class():
                     self.get_logger().warning(f"parameter {name!r} is not one of this node's; "
                                               f"ignored{did_you_mean(name, BY_NAME)}")
 
+        def _open_detector(self):
+            """The `detector` parameter's model, with the captioner's threads and spin."""
+            from edgecap.runtime.detector import Detector
+
+            s = self.settings
+            if s["detections_topic"]:
+                raise ParameterError("parameter detector: detections_topic already gives the frames' objects; "
+                                     "set one of them")
+            try:
+                detector = Detector.load(s["detector"], threads=s["threads"], spin=s["spin"],
+                                         min_score=s["detector_min_score"], iou=s["detector_iou"])
+            except EdgecapError as exc:
+                raise ParameterError(f"parameter detector: {exc}") from None
+            detector.warm_up()
+            return detector
+
         def _subscribe_detections(self, topic: str, kind: str):
-            from edgecap.runtime.scoring import CoverageAnnotator
+            from edgecap.runtime.scoring import CoverageAnnotator, bundle_vectors
 
             if kind == "vision_msgs":
                 try:
@@ -220,7 +243,7 @@ def caption_node_class():
                                      QoSProfile(history=HistoryPolicy.KEEP_LAST,
                                                 depth=DETECTIONS_TOPIC_DEPTH,
                                                 reliability=ReliabilityPolicy.BEST_EFFORT))
-            coverage = CoverageAnnotator(log=self.get_logger().warning)
+            coverage = CoverageAnnotator(log=self.get_logger().warning, vectors=bundle_vectors(self.captioner.bundle))
             coverage.warm_up()
             return coverage
 
@@ -348,8 +371,14 @@ def caption_node_class():
                 cameras.append(camera)
             if not frames:
                 return
+            if self.detector is not None:  # one detector batch for every camera's frame
+                for frame, objects in zip(frames, self.detector.detect([f.image for f in frames]), strict=True):
+                    frame.objects = objects
             records = cameras[0].relay.caption(frames, self.settings["beam"] or None,
                                                [c.relay.source for c in cameras])
+            if self.detector is not None:
+                for record in records:
+                    record.caption.latency_ms["detector"] = self.detector.latency_ms
             for camera, record in zip(cameras, records, strict=True):
                 self.stats.add(record)
                 self._publish(camera, record)

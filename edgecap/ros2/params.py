@@ -92,6 +92,12 @@ PARAMS: tuple[Param, ...] = (
     Param("stamp_tolerance", 0.05, float, "seconds between an image's and its detections' "
           "header stamps that still match", low=0.0),
     Param("detections_wait", 0.2, float, "seconds a caption waits for its frame's detections", low=0.0),
+    Param("detector", "", str, "an ONNX object detector (ultralytics YOLO export, ...) run on the "
+          "captioned frames, every camera's in one batch; its objects give coverage and annotations "
+          "(empty: none; not with detections_topic)"),
+    Param("detector_min_score", 0.25, float, "detector: keep boxes scoring at least this", low=0.0),
+    Param("detector_iou", 0.45, float, "detector: boxes of one class overlapping more are one object",
+          low=0.0),
     Param("publish_annotated", True, bool, "publish the annotated image (with detections)"),
     Param("no_image_warning", 5.0, float, "seconds without an image before one warning", above=0.0),
     Param("diagnostics_period", 1.0, float, "seconds between /diagnostics messages", above=0.0),

@@ -34,10 +34,6 @@ class Caption:
     beam: int = 1
     score: float = 0.0                     # summed log-probability of the caption
 
-    @property
-    def total_ms(self) -> float:
-        return float(sum(self.latency_ms.get(s, 0.0) for s in STAGES))
-
 
 class Captioner:
     """Captions BGR frames with a loaded bundle (`edgecap.runtime.session.Bundle`)."""
@@ -64,20 +60,21 @@ class Captioner:
     @classmethod
     def from_bundle(cls, path, beam: int | None = None, providers=None,
                     max_len: int | None = None, length_penalty: float | None = None,
-                    threads: int = 0, spin: bool = True, device_state: bool | None = None,
+                    threads: int = 0, spin: bool = True, engine: str = "auto", device_state: bool | None = None,
                     cuda_graph: bool = False) -> Captioner:
         """Load and verify a bundle (manifest, file hashes), then wrap it.
 
         providers: onnxruntime execution providers (default: the best installed);
         threads: onnxruntime intra-op threads (0: onnxruntime decides, one per physical core);
         spin: idle intra-op threads busy-wait (False: they sleep, costing latency, saving CPU);
+        engine: auto | onnxruntime | tensorrt (Bundle.load);
         device_state / cuda_graph: where the decoding state lives and whether its steps are
         replayed as CUDA graphs (`Bundle.load`; docs/runtime.md, "Where the decoding state lives").
         """
         from .session import Bundle
 
-        bundle = Bundle.load(path, providers=providers, threads=threads, spin=spin, device_state=device_state,
-                             cuda_graph=cuda_graph)
+        bundle = Bundle.load(path, providers=providers, threads=threads, spin=spin, engine=engine,
+                             device_state=device_state, cuda_graph=cuda_graph)
         return cls(bundle, beam=beam, max_len=max_len, length_penalty=length_penalty)
 
     def check_beam(self, beam: int) -> int:

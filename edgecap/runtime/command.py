@@ -19,10 +19,12 @@ import threading
 from dataclasses import dataclass
 
 from edgecap.argtypes import BATCH, BEAM, COUNT, FRACTION, POSITIVE, THREADS
-from edgecap.data.acvr import AREAS
+from edgecap.contract.objects import AREAS
 from edgecap.data.coco_categories import CATEGORY_BASES
 
 from .coco_results import DEFAULT_MIN_SCORE
+from .detector import DEFAULT_IOU, open_detector
+from .detector import DEFAULT_MIN_SCORE as DETECTOR_MIN_SCORE
 from .records import summary_path
 from .run_parts import coverage_in_background, default_pace
 from .run_parts import log as _log
@@ -39,6 +41,8 @@ class RunSettings:
     jsonl: str | None = None
     append: bool = False
     detections: str | None = None
+    detector: str | None = None                   # an ONNX object detector run beside the captioner
+    nms_iou: float | None = None
     categories: str | None = None
     category_base: str | None = None
     min_score: float | None = None
@@ -50,6 +54,7 @@ class RunSettings:
     pace: str | None = None
     source_fps: float | None = None
     providers: list[str] | None = None
+    engine: str = "auto"                          # the bundle's TensorRT engines or its ONNX graphs
     threads: int = 0
     spin: bool = True
     quiet: bool = False
@@ -62,9 +67,9 @@ class RunSettings:
 
 # Config-file keys: RunSettings fields; these are paths, resolved against the config's folder
 # (a deployed config travels with its bundle; docs/runtime.md says why training configs differ).
-CONFIG_PATHS = ("bundle", "jsonl", "detections", "categories", "save_video", "out_mcap", "rerun")
+CONFIG_PATHS = ("bundle", "jsonl", "detections", "detector", "categories", "save_video", "out_mcap", "rerun")
 # ... and so is `source` (each of them) when it names a file or folder (not a camera index or a URL)
-CONFIG_INPUTS = ("bundle", "detections", "categories")
+CONFIG_INPUTS = ("bundle", "detections", "detector", "categories")
 REPLAY_PACE = {"realtime": "native", "fast": "every"}
 COVERAGE_LOADS = ("wait", "background")
 
@@ -103,9 +108,17 @@ def add_arguments(parser) -> None:
                         help="objects per frame from an external detector: JSONL (frame_id, objects) "
                              "or a COCO detection results JSON (detectron2, mmdetection, ultralytics; "
                              "image_id = a folder image's file stem, else the frame index)")
+    parser.add_argument("--detector", default=None, metavar="MODEL.onnx",
+                        help="run an ONNX object detector on the captioned frames (ultralytics YOLO "
+                             "export, YOLOv5, end-to-end; every camera's frame in one batch); its "
+                             "objects feed coverage and the annotations as --detections does")
+    parser.add_argument("--nms-iou", type=FRACTION, default=None, metavar="F",
+                        help=f"--detector: boxes of one class overlapping by more than F are one object "
+                             f"(default {DEFAULT_IOU})")
     parser.add_argument("--categories", default=None, metavar="FILE",
-                        help="COCO results: category names from a COCO-format annotation file's "
-                             "\"categories\" or a YOLO data.yaml's names (default: COCO's 80)")
+                        help="COCO results or --detector: category names from a COCO-format annotation "
+                             "file's \"categories\" or a YOLO data.yaml's names (default: COCO's 80; "
+                             "a detector's own metadata)")
     parser.add_argument("--category-base", choices=CATEGORY_BASES, default=None,
                         help="COCO results: 'auto' (default) reads category_id as the dataset's own id "
                              "(COCO's 1..90, an annotation file's) and a data.yaml's classes from 1 "
@@ -113,7 +126,8 @@ def add_arguments(parser) -> None:
                              "counted from 0 (older ultralytics) or 1 (ultralytics 8.3+)")
     parser.add_argument("--min-score", type=FRACTION, default=None, metavar="S",
                         help=f"COCO results: keep detections scoring at least S (default "
-                             f"{DEFAULT_MIN_SCORE}, detectron2's demo threshold)")
+                             f"{DEFAULT_MIN_SCORE}, detectron2's demo threshold); --detector: default "
+                             f"{DETECTOR_MIN_SCORE}")
     parser.add_argument("--show", action="store_true", default=None,
                         help="show annotated frames in a window (q or Esc stops)")
     parser.add_argument("--save-video", default=None, metavar="FILE",
@@ -153,6 +167,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--providers", default=None,
                         help="onnxruntime execution providers, comma-separated "
                              "(default: the best installed, e.g. TensorRT, CUDA, CPU)")
+    parser.add_argument("--engine", choices=("auto", "onnxruntime", "tensorrt"), default=None,
+                        help="run the bundle's TensorRT engines or its ONNX graphs (default auto: the "
+                             "engines when the bundle has them and their TensorRT imports)")
     parser.add_argument("--threads", type=THREADS, default=None, metavar="N",
                         help="onnxruntime intra-op threads (default 0: onnxruntime decides)")
     parser.add_argument("--spin", action=argparse.BooleanOptionalAction, default=None,
@@ -299,7 +316,7 @@ def _check(settings: RunSettings) -> None:
                               ("--frames", settings.frames, COUNT), ("--threads", settings.threads, THREADS),
                               ("--max-fps", settings.max_fps, POSITIVE), ("--latency-budget", settings.latency_budget, POSITIVE),
                               ("--source-fps", settings.source_fps, POSITIVE),
-                              ("--min-score", settings.min_score, FRACTION)):
+                              ("--min-score", settings.min_score, FRACTION), ("--nms-iou", settings.nms_iou, FRACTION)):
         if value is not None:
             kind.check(value, name)
     # outputs are checked before the bundle loads, not found unwritable at the first caption
@@ -325,7 +342,8 @@ def _check_outputs_are_not_inputs(settings: RunSettings) -> None:
     outputs = {"--jsonl": settings.jsonl, "--save-video": settings.save_video}
     if settings.jsonl:
         outputs["the --jsonl summary"] = summary_path(settings.jsonl)
-    inputs = [("--source", s) for s in source_list(settings.source)] + [("--detections", settings.detections)]
+    inputs = [("--source", s) for s in source_list(settings.source)] + [("--detections", settings.detections),
+                                                                          ("--detector", settings.detector)]
     seen: list[tuple[str, str]] = [(flag, os.path.expanduser(p)) for flag, p in inputs
                                    if p and os.path.isfile(os.path.expanduser(p))]
     for flag, path in ((f, os.path.expanduser(p)) for f, p in outputs.items() if p):
@@ -349,7 +367,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     from .loop import LoopOptions, run_loop
     from .records import Summary
     from .run_sinks import RunContext, open_sinks
-    from .scoring import CoverageAnnotator
+    from .scoring import CoverageAnnotator, bundle_vectors
     from .sources import ACVRSource, FolderSource, SynthSource, make_source, masked
 
     out = out or sys.stdout
@@ -364,6 +382,7 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
                            f"{captioner.batch_size} (export with --batch {settings.batch})")
     beam = captioner.check_beam(settings.beam) if settings.beam is not None else captioner.beam
     detections = _detections(settings)
+    detector = open_detector(settings)
     source = make_source(settings.source, fps=settings.source_fps, topic=settings.topic, area=settings.area)
     if detections is not None and isinstance(source, FolderSource):
         detections.check_folder(source.paths, source.name)
@@ -373,10 +392,11 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         from .rerun_sink import check_target
 
         check_target(settings.rerun)
-    knows_objects = detections is not None or isinstance(source, (ACVRSource, SynthSource))
+    knows_objects = detections is not None or detector is not None or isinstance(source, (ACVRSource, SynthSource))
     coverage = CoverageAnnotator(settings.coverage and knows_objects,
                                  log=lambda m: print(m, file=out, flush=True),
-                                 vocabulary=_coverage_vocabulary(detections),
+                                 vocabulary=_coverage_vocabulary(detections, detector),
+                                 vectors=bundle_vectors(captioner.bundle),
                                  background=coverage_in_background(settings, [source]))
     summary = Summary(masked(settings.source), coverage_area=settings.area)  # a URL's password masked
     extra_sinks, sinks = list(sinks), []
@@ -386,9 +406,13 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
     if detections is not None:
         by_name = isinstance(source, FolderSource)  # COCO image_ids name folder images by stem
 
-        def annotate_objects(frame):
-            return detections.objects(frame.frame_id, frame.image.shape[1], frame.image.shape[0],
-                                      frame.image_id if by_name else None)
+        def annotate_objects(frames):
+            return [detections.objects(frame.frame_id, frame.image.shape[1], frame.image.shape[0],
+                                       frame.image_id if by_name else None) for frame in frames]
+    elif detector is not None:
+        from .detector import DetectorHook
+
+        annotate_objects = DetectorHook(detector)
 
     options = LoopOptions(batch=settings.batch, max_fps=settings.max_fps,
                           frames=settings.frames, latency_budget_ms=settings.latency_budget)
@@ -399,6 +423,8 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
         # Start-up costs (onnxruntime sessions, spaCy) are paid before the source opens: a
         # camera opened early would queue frames in its driver, and they would come out stale.
         captioner.warm_up()
+        if detector is not None:
+            detector.warm_up()
         coverage.warm_up()
         source.open()  # a source that cannot open raises SourceOpenError: one line, exit 1
         try:
@@ -423,6 +449,8 @@ def execute(captioner, settings: RunSettings, stop: threading.Event | None = Non
                 summary.stopped_by = "signal"
         if detections is not None:  # before the --append run_end line is written
             summary.detections = detections.report()
+        if detector is not None:
+            summary.detector = detector.report()
         summary.coverage_unscored = coverage.unscored
     print(summary.human(), file=out, flush=True)
     if detections is not None:
@@ -440,9 +468,9 @@ def _detections(settings: RunSettings):
     coco_flags = (("--categories", settings.categories), ("--category-base", settings.category_base),
                   ("--min-score", settings.min_score))
     if not settings.detections:
-        for flag, value in coco_flags:
+        for flag, value in coco_flags if not settings.detector else ():
             if value is not None:
-                raise EdgecapError(f"{flag} applies to a --detections file; none was given")
+                raise EdgecapError(f"{flag} applies to a --detections file or a --detector; neither was given")
         return None
     min_score = DEFAULT_MIN_SCORE if settings.min_score is None else settings.min_score
     categories = None
@@ -459,9 +487,14 @@ def _detections(settings: RunSettings):
     return detections
 
 
-def _coverage_vocabulary(detections):
-    """The class set coverage reads captions against: a COCO results file's categories (COCO's
-    80 or --categories FILE), else ACVR's 30 (ACVR, the synthetic world, edgecap's JSONL)."""
+def _coverage_vocabulary(detections, detector=None):
+    """The class set coverage reads captions against: a detector's classes, a COCO results file's
+    categories (COCO's 80 or --categories FILE), else ACVR's 30 (ACVR, the synthetic world,
+    edgecap's JSONL)."""
+    if detector is not None:
+        from .detector import coverage_vocabulary
+
+        return coverage_vocabulary(detector)
     if detections is None or detections.categories is None:
         return None
     from edgecap.metrics.vocabulary import vocabulary_of
@@ -475,6 +508,8 @@ def _report_unmatched(detections, path: str) -> None:
     another split shows up here (and in summary.json) instead of as silently missing coverage."""
     from .detections import few_ids
 
+    if detections.outside_note():
+        _log(detections.outside_note())
     unmatched = detections.unmatched()
     if unmatched:
         _log(f"--detections {path}: {len(unmatched)} of {len(detections)} {detections.id_name} matched no "
@@ -506,12 +541,12 @@ def run(args) -> int:
     settings = settings_from_args(args)
     _check(settings)
     captioner = Captioner.from_bundle(settings.bundle, providers=settings.providers,
-                                      threads=settings.threads, spin=settings.spin)
-    frontend = captioner.bundle.manifest.frontend or {}
-    if frontend.get("weights") == "random":
+                                      threads=settings.threads, spin=settings.spin, engine=settings.engine)
+    frontend = captioner.bundle.manifest.frontend
+    if frontend is not None and frontend.random_weights:
         from edgecap.errors import random_front_end, warn
 
-        warn(random_front_end(frontend.get("backbone", "bundle's"), "its captions say nothing about the scene; "
+        warn(random_front_end(frontend.backbone, "its captions say nothing about the scene; "
                               "export the bundle with --visual-weights FILE"))
     summary, error = execute(captioner, settings)
     if error:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from edgecap.contract.objects import objects_in_view
 from edgecap.errors import EdgecapError
 from edgecap.jsonio import BOM, json_lines, read_bytes
 
@@ -56,6 +57,24 @@ def _object(obj, where: str) -> tuple[str, tuple[float, float, float, float], fl
     return canonical_class(cls), (left, top, right, bottom), area
 
 
+def _refuse_annotations(raw: bytes, path: Path) -> None:
+    """A COCO annotation file (ground truth: a JSON object with images, annotations and
+    categories) given where a detector's output belongs is said to be one, not read as a JSON
+    Lines file whose first line lacks a frame_id."""
+    text = raw[len(BOM):] if raw.startswith(BOM) else raw
+    if not text.lstrip().startswith(b"{"):
+        return
+    try:
+        doc = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):  # several lines: JSON Lines, read as such
+        return
+    if isinstance(doc, dict) and "annotations" in doc and "images" in doc:
+        raise EdgecapError(f"--detections {path}: a COCO annotation file (ground truth: images, annotations, "
+                           "categories), not detector results; give the detector's output (a COCO results array "
+                           "[{\"image_id\", \"category_id\", \"bbox\", \"score\"}, ...] or edgecap's JSON Lines), "
+                           "or pass this file as --categories FILE for its class names")
+
+
 def _has_pycocotools() -> bool:
     import importlib.util
 
@@ -82,7 +101,7 @@ class Detections:
 
     def __init__(self, path: str | Path, area: str = "box", min_score: float = DEFAULT_MIN_SCORE,
                  categories=None, category_base: str = "auto"):
-        from edgecap.data.acvr import check_area
+        from edgecap.contract.objects import check_area
         from edgecap.data.coco_categories import COCO
 
         self.path = Path(path)
@@ -90,12 +109,19 @@ class Detections:
         self.note = ""
         self._frames: dict[int | str, list] = {}
         self._seen: set[int | str] = set()
+        self.outside = 0  # boxes of captioned frames with no part inside the frame: left out
         self._measure_masks = False
         raw = read_bytes(self.path, where=f"--detections {self.path}")
+        _refuse_annotations(raw, self.path)
         doc = _results_array(raw)
         self.coco = doc is not None
         self.categories = (categories or COCO) if self.coco else None  # the class set coverage reads
-        if self.coco:
+        # `[]`: a detector that found nothing in any frame (detectron2, ultralytics write that): every
+        # frame has no objects, as a frame whose boxes were all under --min-score
+        self.found_nothing = doc == []
+        if self.found_nothing:
+            self.note = "an empty results array: the detector found nothing, every frame has no objects"
+        elif self.coco:
             if not is_coco_results(doc):
                 raise EdgecapError(f"--detections {self.path}: a JSON array, but not COCO detection results "
                                    "(expected [{\"image_id\", \"category_id\", \"bbox\": [x, y, w, h], \"score\"}, ...])")
@@ -111,7 +137,7 @@ class Detections:
                     require("pycocotools.mask", "coco", "the area of a detection's segmentation")
         else:
             self._read_lines(raw)
-        if not self._frames:
+        if not self._frames and not self.found_nothing:
             raise EdgecapError(f"--detections {self.path}: no frames in the file")
 
     def _read_lines(self, raw: bytes) -> None:
@@ -148,12 +174,14 @@ class Detections:
                 image_name: str | None = None) -> list[KnownObject] | None:
         """The frame's objects, or None when the file says nothing about this frame."""
         key = self.frame_key(frame_id, image_name)
-        entry = self._frames.get(key)
+        entry = [] if self.found_nothing else self._frames.get(key)
         if entry is None:
             return None
         self._seen.add(key)
-        return [KnownObject.measured(cls, box, self._mask_area(mask, width, height), width, height, self.area)
-                for cls, box, mask in entry]
+        objects, outside = objects_in_view([(cls, box, self._mask_area(mask, width, height)) for cls, box, mask in entry],
+                                           width, height, self.area)
+        self.outside += outside
+        return objects
 
     def _mask_area(self, mask, width: int, height: int) -> float | None:
         if mask is None or isinstance(mask, float):
@@ -175,14 +203,23 @@ class Detections:
         frame matched (a misnamed folder, a results file of another split, a stopped run)."""
         unmatched = self.unmatched()
         return {"path": str(self.path), "format": "coco results" if self.coco else "jsonl",
-                "ids": len(self), "unmatched_ids": len(unmatched), "unmatched_examples": unmatched[:5]}
+                "ids": len(self), "unmatched_ids": len(unmatched), "unmatched_examples": unmatched[:5],
+                "boxes_outside_frame": self.outside}
+
+    def outside_note(self) -> str:
+        """The line a run ends with when boxes lay wholly outside their frames ('' if none)."""
+        if not self.outside:
+            return ""
+        return (f"--detections {self.path}: {self.outside} box{'es' * (self.outside != 1)} lay wholly outside "
+                "the captioned frame: left out of the objects in view (boxes reaching past an edge count by "
+                "their visible part)")
 
     def check_folder(self, images: list[Path], where: str) -> None:
         """Before a run over a folder: refuse a file none of whose ids names one of its images
         (COCO results: a file stem; JSON Lines: a position in name order), in one line naming
         a few of each, instead of captioning the whole folder with no objects."""
         expected = [self.frame_key(i, p.name) for i, p in enumerate(images)]
-        if set(expected) & self._frames.keys():
+        if self.found_nothing or set(expected) & self._frames.keys():
             return
         ids = _ordered(self._frames)
         what = ("file stems" if self.coco else "positions") + f" of its {len(images)} images"

@@ -18,13 +18,13 @@ On onnxruntime's CPU provider `bind` is zero-copy IO binding, made once: the gra
 caller's arrays (the decoder's cache, the cross tensors) where they are and writes its outputs
 into the caller's arrays, so a decoding step moves no tensor it does not compute.
 Feeds are checked against the manifest's static shapes and dtypes first, so a wrong batch is a
-one-line error naming the tensor instead of an onnxruntime stack trace. Torch-free; tensorrt
-and cuda-python are imported only when an engine is opened.
+one-line error naming the tensor instead of an onnxruntime stack trace. Torch-free; TensorRT
+(`tensorrt` or `tensorrt_rtx`, as the engine's manifest entry says) and cuda-python are imported
+only when an engine is opened.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +33,17 @@ import numpy as np
 
 from edgecap.contract.manifest import GraphEntry, ManifestError
 from edgecap.errors import EdgecapError, require
+from edgecap.io import atomic_path
+from edgecap.runtime.tensorrt_dist import (
+    DISTRIBUTIONS,
+    RTX_RELEASES,
+    TENSORRT,
+    TENSORRT_RTX,
+    Distribution,
+    installed,
+    trt_apis,
+)
+from edgecap.runtime.tensorrt_dist import load as load_distribution
 
 PREFERRED_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 
@@ -154,12 +165,12 @@ def check_tensors(entry: GraphEntry, inputs: dict, outputs: dict) -> None:
     dtypes; a missing one or a wrong one is a one-line error naming it."""
     for kind, listed, given in (("input", entry.inputs, inputs), ("output", entry.outputs, outputs)):
         for spec in listed:
-            tensor = given.get(spec.name)
-            if tensor is None:
+            held = given.get(spec.name)
+            if held is None:
                 raise EdgecapError(f"{entry.file}: {kind} {spec.name!r} not bound")
-            if list(tensor.shape) != spec.shape or tensor.dtype != np.dtype(spec.dtype):
-                raise EdgecapError(f"{entry.file}: {kind} {spec.name!r} bound to a {tensor.dtype} tensor of shape "
-                                   f"{list(tensor.shape)}, the graph has {spec.dtype} {spec.shape}")
+            if list(held.shape) != spec.shape or held.dtype != np.dtype(spec.dtype):
+                raise EdgecapError(f"{entry.file}: {kind} {spec.name!r} bound to a {held.dtype} tensor of shape "
+                                   f"{list(held.shape)}, the graph has {spec.dtype} {spec.shape}")
         extra = sorted(set(given) - {t.name for t in listed})
         if extra:
             raise EdgecapError(f"{entry.file}: {kind} {extra[0]!r} bound, but the graph has no such {kind}")
@@ -202,47 +213,61 @@ class OrtTensor:
         self.value.update_inplace(self._zeros)
 
 
+def open_session(path: Path, providers: list | None, threads: int = 0, spin: bool = True,
+                 cuda_graph: bool = False):
+    """An onnxruntime session with edgecap's settings, for a bundle's graphs and for a detector
+    beside them (runtime/detector.py), so both share one providers / threads / spin choice.
+
+    providers: None picks the best installed (falling back, and saying so once); named ones
+    must all start. threads: intra-op threads (0: onnxruntime's default, one per physical
+    core). spin: whether idle intra-op threads busy-wait for the next op of a run
+    (onnxruntime's default) or sleep, leaving their cores to the robot's other processes;
+    either way they sleep once the run returns. cuda_graph: turn on the CUDA or TensorRT
+    provider's CUDA-graph capture (one of them must be among the providers, else a one-line
+    error)."""
+    import onnxruntime as ort
+
+    explicit = providers is not None
+    providers = check_providers(list(providers)) if explicit else default_providers()
+    if cuda_graph:
+        if not any(provider_name(p) in CUDA_GRAPH_OPTIONS for p in providers):
+            raise EdgecapError(f"CUDA graphs for {path.name} need the CUDA or TensorRT execution provider; "
+                               f"the providers are {', '.join(map(provider_name, providers))}")
+        providers = with_cuda_graphs(providers)
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    # Spin between the ops of a run, never after it. A bundle runs its graphs in turn (visual,
+    # encoder, then the step twenty times); a session's threads left spinning after its run
+    # took the cores from the next graph's: on 2 cores a batch-1 beam-3 decode took 83 ms after
+    # the visual and encoder graphs instead of 36 (benchmarks/README.md, "Spinning after a run").
+    options.add_session_config_entry("session.force_spinning_stop", "1")
+    try:
+        session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    except Exception as exc:  # onnxruntime raises its own exception types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EdgecapError(f"onnxruntime cannot load {path}: {first[:200]}") from exc
+    dropped = [provider_name(p) for p in providers if provider_name(p) not in session.get_providers()]
+    if dropped and explicit:
+        raise EdgecapError(f"onnxruntime could not start {', '.join(dropped)} for {path.name} "
+                           f"(installed, but no usable device or driver?); it would run on "
+                           f"{', '.join(session.get_providers())}, which was not asked for")
+    if dropped:
+        say_once(f"onnxruntime could not start {', '.join(dropped)}; running on "
+                  f"{', '.join(session.get_providers())}")
+    return session
+
+
 class OrtGraph:
     def __init__(self, path: Path, entry: GraphEntry, providers: list | None, threads: int = 0,
                  spin: bool = True, cuda_graph: bool = False):
-        """providers: None picks the best installed (falling back, and saying so once);
-        named ones must all start. threads: intra-op threads (0: onnxruntime's default, one
-        per physical core). spin: whether idle intra-op threads busy-wait for the next op of a
-        run (onnxruntime's default) or sleep, leaving their cores to the robot's other
-        processes; either way they sleep once the run returns. cuda_graph: capture runs bound
-        with `bind_tensors(..., capture=True)` as CUDA graphs (the CUDA or TensorRT provider
-        must run the whole graph, else a one-line error)."""
+        """One bundle graph in an `open_session` session (its providers / threads / spin).
+        cuda_graph: capture runs bound with `bind_tensors(..., capture=True)` as CUDA graphs
+        (the CUDA or TensorRT provider must run the whole graph, else a one-line error)."""
         import onnxruntime as ort
 
-        explicit = providers is not None
-        providers = check_providers(list(providers)) if explicit else default_providers()
-        if cuda_graph:
-            if not any(provider_name(p) in CUDA_GRAPH_OPTIONS for p in providers):
-                raise EdgecapError(f"CUDA graphs for {path.name} need the CUDA or TensorRT execution provider; "
-                                   f"the providers are {', '.join(map(provider_name, providers))}")
-            providers = with_cuda_graphs(providers)
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        # Spin between the ops of a run, never after it. A bundle runs its graphs in turn (visual,
-        # encoder, then the step twenty times); a session's threads left spinning after its run
-        # took the cores from the next graph's: on 2 cores a batch-1 beam-3 decode took 83 ms after
-        # the visual and encoder graphs instead of 36 (benchmarks/README.md, "Spinning after a run").
-        options.add_session_config_entry("session.force_spinning_stop", "1")
-        try:
-            self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
-        except Exception as exc:  # onnxruntime raises its own exception types
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise EdgecapError(f"onnxruntime cannot load {path}: {first[:200]}") from exc
-        dropped = [provider_name(p) for p in providers if provider_name(p) not in self.session.get_providers()]
-        if dropped and explicit:
-            raise EdgecapError(f"onnxruntime could not start {', '.join(dropped)} for {path.name} "
-                               f"(installed, but no usable device or driver?); it would run on "
-                               f"{', '.join(self.session.get_providers())}, which was not asked for")
-        if dropped:
-            say_once(f"onnxruntime could not start {', '.join(dropped)}; running on "
-                      f"{', '.join(self.session.get_providers())}")
+        self.session = open_session(path, providers, threads=threads, spin=spin, cuda_graph=cuda_graph)
         check_graph_io(self.session, entry, path)
         self.entry = entry
         self.output_names = [t.name for t in entry.outputs]
@@ -250,7 +275,7 @@ class OrtGraph:
         # zero-copy IO binding only where every tensor lives in host memory
         self.host_only = started == ["CPUExecutionProvider"]
         self.memory = "cpu" if self.host_only else "cuda" if started[0] in CUDA_GRAPH_OPTIONS else None
-        self.device_id = _device_id(providers, started[0])
+        self.device_id = _device_id(providers or [], started[0])  # the defaults name no device: 0
         self.cuda_graph = cuda_graph and self.memory == "cuda"
         if cuda_graph and not self.cuda_graph:
             raise EdgecapError(f"CUDA graphs for {path.name}: onnxruntime runs it on {', '.join(started)}, "
@@ -283,10 +308,11 @@ class OrtGraph:
 
         check_tensors(self.entry, inputs, outputs)
         binding = self.session.io_binding()
-        for name, tensor in inputs.items():
-            binding.bind_ortvalue_input(name, tensor.value)
-        for name, tensor in outputs.items():
-            binding.bind_ortvalue_output(name, tensor.value)
+        # (`held`, not `tensor`: the offline TensorRT API check reads `tensor` as a TensorRT ITensor)
+        for name, held in inputs.items():
+            binding.bind_ortvalue_input(name, held.value)
+        for name, held in outputs.items():
+            binding.bind_ortvalue_output(name, held.value)
         graph_id = None
         options = self._plain
         if self.cuda_graph and capture:
@@ -361,23 +387,13 @@ def check_bound(entry: GraphEntry, inputs: dict[str, np.ndarray], outputs: list[
     return bound
 
 
-# -- TensorRT -----------------------------------------------------------------------------------
-SUPPORTED_TENSORRT = (10, 11)  # majors whose Python API the engine code was checked against (docs/export.md)
+# -- TensorRT (either distribution: edgecap.runtime.tensorrt_dist) -----------------------------
+SUPPORTED_TENSORRT = TENSORRT.majors  # full TensorRT's majors whose API the engine code was checked against
 
 
-def tensorrt_major(version: str) -> int:
-    match = re.match(r"(\d+)\.", str(version))
-    return int(match.group(1)) if match else -1
-
-
-def tensorrt_module(purpose: str):
-    """The installed `tensorrt`, if it is a major edgecap supports; else a one-line error."""
-    trt = require("tensorrt", "trt", purpose)
-    version = getattr(trt, "__version__", "unknown")
-    if tensorrt_major(version) not in SUPPORTED_TENSORRT:
-        raise EdgecapError(f"TensorRT {version} is not supported ({purpose}): edgecap builds and runs engines "
-                           f"with TensorRT 10.x or 11.x (pip install \"tensorrt>=10,<12\")")
-    return trt
+def tensorrt_module(purpose: str, dist: Distribution = TENSORRT):
+    """The installed module of `dist`, if it is a release edgecap supports; else a one-line error."""
+    return load_distribution(dist, purpose)
 
 
 def _cudart():
@@ -406,33 +422,115 @@ def local_gpu() -> tuple[str, str]:
     return name.rstrip("\x00"), f"{props.major}.{props.minor}"
 
 
-def rebuild_hint(bundle_dir: Path) -> str:
-    return (
-        f"rebuild the engines here from the ONNX graphs in the bundle: "
-        f"edgecap export {shlex.quote(str(bundle_dir))} --engine trt --force"
-    )
+def find_gpu() -> tuple[tuple[str, str] | None, str]:
+    """((GPU name, compute capability) of device 0, "") or (None, why there is none)."""
+    try:
+        cudart = _cudart()
+    except EdgecapError as exc:
+        return None, str(exc)
+    err, count = cudart.cudaGetDeviceCount()
+    if int(err) != 0 or count < 1:
+        return None, f"CUDA finds no device: {getattr(err, 'name', err)}"
+    return local_gpu(), ""
 
 
-def check_engine_compatible(entry: GraphEntry, bundle_dir: Path) -> None:
-    """Refuse an engine built by another TensorRT version or for another GPU architecture."""
-    trt = tensorrt_module("native TensorRT engines")
+def rebuild_hint(bundle_dir: Path, dist: Distribution | None = None) -> str:
+    choice = f" --tensorrt {dist.name}" if dist is not None else ""
+    return (f"rebuild the engines here from the ONNX graphs in the bundle: "
+            f"edgecap export {shlex.quote(str(bundle_dir))} --engine trt{choice} --force")
+
+
+def engine_distribution(info) -> Distribution:
+    return DISTRIBUTIONS[info.distribution]
+
+
+def engines_importable(manifest) -> bool:
+    """Whether the TensorRT that built the manifest's engines imports here."""
+    return any(installed(engine_distribution(g.tensorrt)) for g in manifest.graphs if g.engine == "tensorrt")
+
+
+def why_engine_cannot_run(entry: GraphEntry, bundle_dir: Path, advice: bool = True) -> str:
+    """"" when this machine can run the engine `entry` lists, else one line saying why and what
+    to do: another TensorRT, no GPU, or a GPU the engine was not built for. advice: say how to
+    run the bundle without a GPU (edgecap run's --engine onnxruntime)."""
     info = entry.tensorrt
-    if info.version != trt.__version__:
-        raise ManifestError(
-            f"{entry.file} was built with TensorRT {info.version}, this machine has {trt.__version__}; "
-            + rebuild_hint(bundle_dir)
-        )
-    gpu, cc = local_gpu()
-    if cc != info.compute_capability:
-        raise ManifestError(
-            f"{entry.file} was built for {info.gpu} (compute capability {info.compute_capability}), "
-            f"this machine has {gpu} ({cc}); " + rebuild_hint(bundle_dir)
-        )
+    dist = engine_distribution(info)
+    built = f"{entry.file} was built with {dist.describe(info.version)}"
+    ccs = ", ".join(info.compute_capabilities)
+    if not installed(dist):
+        return (f"{built}, which is not installed here: pip install \"edgecap[{dist.extra}]\" (that release), "
+                f"or " + rebuild_hint(bundle_dir))
+    trt = load_distribution(dist, "native TensorRT engines")
+    if trt.__version__ != info.version:
+        return f"{built}, this machine has {trt.__version__}; " + rebuild_hint(bundle_dir, dist)
+    gpu, why = find_gpu()
+    if gpu is None:
+        run_onnx = "; run the bundle's ONNX graphs with onnxruntime instead (--engine onnxruntime)" if advice else ""
+        return (f"{built} for compute capability {ccs}: engines need a supported GPU, and this machine has none "
+                f"({why}){run_onnx}")
+    name, cc = gpu
+    if cc not in info.compute_capabilities:
+        other = TENSORRT if dist is TENSORRT_RTX else dist  # a GPU TensorRT for RTX does not take: full TensorRT's
+        return (f"{built} for compute capability {ccs}, this machine has {name} ({cc}); "
+                + rebuild_hint(bundle_dir, other))
+    return ""
 
 
-# TensorRT's DataType member names -> the manifest's dtypes
-_TRT_DTYPES = {"FLOAT": "float32", "HALF": "float16", "INT64": "int64", "INT32": "int32", "BOOL": "bool",
-               "INT8": "int8", "UINT8": "uint8", "BF16": "bfloat16"}
+def check_engine_compatible(entry: GraphEntry, bundle_dir: Path):
+    """Refuse, in one line, an engine this machine cannot run; -> the TensorRT module to run it."""
+    problem = why_engine_cannot_run(entry, bundle_dir)
+    if problem:
+        raise ManifestError(problem)
+    return load_distribution(engine_distribution(entry.tensorrt), "native TensorRT engines")
+
+
+# TensorRT for RTX's EngineInvalidityDiagnostics bits, in words
+_INVALID = {"VERSION_MISMATCH": "another TensorRT for RTX version built it",
+            "UNSUPPORTED_CC": "it was not built for this GPU's compute capability",
+            "OLD_CUDA_DRIVER": "the CUDA driver is too old", "OLD_CUDA_RUNTIME": "the CUDA runtime is too old",
+            "INSUFFICIENT_GPU_MEMORY": "the GPU has too little memory", "MALFORMED_ENGINE": "the file is damaged",
+            "CUDA_ERROR": "CUDA failed"}
+
+
+@trt_apis(*RTX_RELEASES)
+def check_engine_validity(trt, runtime, plan: bytes, path: Path, bundle_dir: Path) -> None:
+    """TensorRT for RTX's own verdict on a serialized engine, before deserialising it."""
+    validity, diagnostics = runtime.get_engine_validity(plan)
+    if validity == trt.EngineValidity.INVALID:
+        reasons = [words for name, words in _INVALID.items()
+                   if int(diagnostics) & int(getattr(trt.EngineInvalidityDiagnostics, name))]
+        raise ManifestError(f"TensorRT for RTX {trt.__version__} cannot run {path.name} here: "
+                            f"{'; '.join(reasons) or 'it gives no reason'}; " + rebuild_hint(bundle_dir))
+
+
+def runtime_cache_path(bundle_dir: Path, engine_file: str) -> Path:
+    """TensorRT for RTX's runtime cache of one engine (the kernels compiled when it first ran),
+    in a folder beside the bundle: the bundle holds only the files its manifest lists."""
+    bundle_dir = Path(bundle_dir).resolve()
+    return bundle_dir.with_name(bundle_dir.name + ".runtime-cache") / f"{engine_file}.cache"
+
+
+@trt_apis(*RTX_RELEASES)
+def open_runtime_cache(engine, path: Path):
+    """-> (runtime config with a runtime cache, the cache) for TensorRT for RTX's execution
+    context; the cache starts from `path` when that file holds one this machine can use."""
+    runtime_config = engine.create_runtime_config()
+    runtime_cache = runtime_config.create_runtime_cache()
+    if path.is_file() and not runtime_cache.deserialize(path.read_bytes()):
+        say_once(f"{path} was written for another GPU, driver or TensorRT for RTX: its kernels are compiled anew")
+    runtime_config.set_runtime_cache(runtime_cache)
+    return runtime_config, runtime_cache
+
+
+@trt_apis(*RTX_RELEASES)
+def rtx_graph_capture(trt, engine, runtime_cache):
+    """A runtime config whose execution contexts TensorRT for RTX runs as CUDA graphs, captured
+    on their first run and replayed after (its own capture: a stream capture around its engines
+    needs them built with REQUIRE_USER_ALLOCATION); the kernels go into `runtime_cache`."""
+    runtime_config = engine.create_runtime_config()
+    runtime_config.set_runtime_cache(runtime_cache)
+    runtime_config.cuda_graph_strategy = trt.CudaGraphStrategy.WHOLE_GRAPH_CAPTURE
+    return runtime_config
 
 
 def check_engine_io(trt, engine, entry: GraphEntry, path: Path) -> None:
@@ -444,19 +542,30 @@ def check_engine_io(trt, engine, entry: GraphEntry, path: Path) -> None:
         name = engine.get_tensor_name(i)
         mode = "input" if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else "output"
         dtype = engine.get_tensor_dtype(name)
-        tensors[name] = (mode, _TRT_DTYPES.get(dtype.name, dtype.name), [int(d) for d in engine.get_tensor_shape(name)])
+        tensors[name] = (mode, TRT_DTYPES.get(dtype.name, dtype.name), [int(d) for d in engine.get_tensor_shape(name)])
+    check_io_table(tensors, entry, path, "engine")
+
+
+# TensorRT's DataType member names -> the manifest's dtypes
+TRT_DTYPES = {"FLOAT": "float32", "HALF": "float16", "INT64": "int64", "INT32": "int32", "BOOL": "bool",
+               "INT8": "int8", "UINT8": "uint8", "BF16": "bfloat16"}
+
+
+def check_io_table(tensors: dict, entry: GraphEntry, path: Path, what: str) -> None:
+    """`tensors` ({name: (mode, dtype, shape)}: an engine's, or the network it is built from)
+    must be the ones `entry` lists, else a one-line error naming the first that differs."""
     for kind, listed in (("input", entry.inputs), ("output", entry.outputs)):
         for spec in listed:
             if spec.name not in tensors:
-                raise ManifestError(f"{path}: the engine has no {kind} {spec.name!r} that manifest.json lists "
+                raise ManifestError(f"{path}: the {what} has no {kind} {spec.name!r} that manifest.json lists "
                                     f"(its tensors: {', '.join(tensors)}); the file does not belong to this bundle")
             mode, dtype, shape = tensors[spec.name]
             if (mode, dtype, shape) != (kind, spec.dtype, spec.shape):
-                raise ManifestError(f"{path}: {spec.name!r} is the engine's {mode}, {dtype} {shape}; manifest.json "
+                raise ManifestError(f"{path}: {spec.name!r} is the {what}'s {mode}, {dtype} {shape}; manifest.json "
                                     f"says {kind} {spec.dtype} {spec.shape}; the file does not belong to this bundle")
     extra = sorted(set(tensors) - {t.name for t in entry.inputs + entry.outputs})
     if extra:
-        raise ManifestError(f"{path}: the engine has {tensors[extra[0]][0]} {extra[0]!r}, which manifest.json does "
+        raise ManifestError(f"{path}: the {what} has {tensors[extra[0]][0]} {extra[0]!r}, which manifest.json does "
                             f"not list; the file does not belong to this bundle")
 
 
@@ -492,11 +601,13 @@ class CudaTensor:  # pragma: no cover - needs a GPU
 class _CapturedRun:  # pragma: no cover - needs a GPU
     """One execution context with its tensors' addresses set once: runs the engine on them,
     or, with `capture`, records the run as a CUDA graph on its second call (the first flushes
-    TensorRT's deferred work, as its docs ask) and replays that graph afterwards."""
+    TensorRT's deferred work, as its docs ask) and replays that graph afterwards. TensorRT for
+    RTX captures its own graphs (`TrtGraph.new_context`): its engines allocate memory while
+    they run unless built with REQUIRE_USER_ALLOCATION, so a stream capture around them fails."""
 
     def __init__(self, graph: TrtGraph, addresses: dict[str, int], capture: bool):
-        self.graph, self.capture, self.exec, self.calls = graph, capture, None, 0
-        self.context = graph.engine.create_execution_context()
+        self.graph, self.capture, self.exec, self.calls = graph, capture and not graph.rtx, None, 0
+        self.context = graph.new_context(captured=capture)
         for name, ptr in addresses.items():
             if not self.context.set_tensor_address(name, ptr):
                 raise EdgecapError(f"TensorRT refused the device buffer for {name!r} of {graph.entry.file}")
@@ -518,6 +629,8 @@ class _CapturedRun:  # pragma: no cover - needs a GPU
         elif not self.context.execute_async_v3(stream):
             raise EdgecapError(f"TensorRT failed to run {self.graph.entry.file}")
         _check(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+        if self.graph.runtime_cache is not None:
+            self.graph.save_runtime_cache()
 
 
 class TrtGraph:
@@ -531,18 +644,28 @@ class TrtGraph:
     memory = "cuda"
 
     def __init__(self, path: Path, entry: GraphEntry, bundle_dir: Path, cuda_graph: bool = False):
-        check_engine_compatible(entry, bundle_dir)
-        trt = tensorrt_module("native TensorRT engines")
+        trt = check_engine_compatible(entry, bundle_dir)
         self.cudart = cudart = _cudart()
         self.entry = entry
         self.cuda_graph = cuda_graph
         self.logger = trt.Logger(trt.Logger.WARNING)
         self.runtime = trt.Runtime(self.logger)
-        self.engine = self.runtime.deserialize_cuda_engine(path.read_bytes())
+        plan = path.read_bytes()
+        rtx = engine_distribution(entry.tensorrt) is TENSORRT_RTX
+        if rtx:
+            check_engine_validity(trt, self.runtime, plan, path, bundle_dir)
+        self.engine = self.runtime.deserialize_cuda_engine(plan)
         if self.engine is None:
             raise ManifestError(f"TensorRT cannot deserialise {path}; " + rebuild_hint(bundle_dir))
         check_engine_io(trt, self.engine, entry, path)
-        self.context = self.engine.create_execution_context()
+        # TensorRT for RTX compiles kernels at the first run: kept beside the bundle for the next start
+        self.runtime_cache, self.runtime_cache_file = None, runtime_cache_path(bundle_dir, entry.file)
+        self.rtx, self.runtime_config, self.captured_config = rtx, None, None
+        if rtx:
+            self.runtime_config, self.runtime_cache = open_runtime_cache(self.engine, self.runtime_cache_file)
+            if cuda_graph:
+                self.captured_config = rtx_graph_capture(trt, self.engine, self.runtime_cache)
+        self.context = self.new_context()
         # the stream as an integer handle: execute_async_v3 takes `stream_handle: int`
         self.stream = int(_check(cudart.cudaStreamCreate(), "cudaStreamCreate"))
         self.buffers: dict[str, int] = {}
@@ -551,6 +674,15 @@ class TrtGraph:
             self.buffers[spec.name] = int(_check(cudart.cudaMalloc(nbytes), "cudaMalloc"))
             if not self.context.set_tensor_address(spec.name, self.buffers[spec.name]):
                 raise EdgecapError(f"TensorRT refused the device buffer for {spec.name!r} of {path.name}")
+
+    def new_context(self, captured: bool = False):
+        """An execution context of the engine (TensorRT for RTX's share the runtime cache).
+        captured: TensorRT for RTX records and replays the context's runs as CUDA graphs itself
+        (the graph must be opened with `cuda_graph`); full TensorRT's are captured by the caller."""
+        if not self.rtx:
+            return self.engine.create_execution_context()
+        runtime_config = self.captured_config if captured else self.runtime_config
+        return self.engine.create_execution_context(runtime_config)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         outputs = [np.empty(t.shape, np.dtype(t.dtype)) for t in self.entry.outputs]
@@ -573,8 +705,8 @@ class TrtGraph:
 
     def run_into(self, feeds: dict[str, np.ndarray], outputs: dict[str, CudaTensor]) -> None:  # pragma: no cover
         """Run on numpy feeds with the outputs named in `outputs` written into those tensors."""
-        for name, tensor in outputs.items():
-            self.context.set_tensor_address(name, tensor.ptr)
+        for name, held in outputs.items():
+            self.context.set_tensor_address(name, held.ptr)
         try:
             self._run_into(feeds, [])
         finally:
@@ -591,6 +723,20 @@ class TrtGraph:
         for spec, dst in zip(self.entry.outputs, outputs, strict=False):
             _check(cudart.cudaMemcpyAsync(dst.ctypes.data, self.buffers[spec.name], dst.nbytes, d2h, self.stream), "copy out")
         _check(cudart.cudaStreamSynchronize(self.stream), "cudaStreamSynchronize")
+        if self.runtime_cache is not None:
+            self.save_runtime_cache()
+
+    @trt_apis(*RTX_RELEASES)
+    def save_runtime_cache(self) -> None:
+        """Write the kernels TensorRT for RTX compiled for this engine beside the bundle, once,
+        after its first run; a folder that cannot be written is said once, never fatal."""
+        runtime_cache, self.runtime_cache = self.runtime_cache, None
+        try:
+            self.runtime_cache_file.parent.mkdir(exist_ok=True)
+            with atomic_path(self.runtime_cache_file) as tmp:
+                tmp.write_bytes(bytes(runtime_cache.serialize()))
+        except (OSError, EdgecapError) as exc:
+            say_once(f"cannot keep TensorRT for RTX's runtime cache ({exc}): the next start compiles its kernels again")
 
     def __del__(self):  # pragma: no cover - needs a GPU
         cudart = getattr(self, "cudart", None)

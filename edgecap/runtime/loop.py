@@ -103,9 +103,16 @@ class Camera:
 def _deliver(frames: list[Frame], captions, summaries, cameras: list[int | None], sinks,
              t_done: float, annotate_objects, coverage, governor: BeamGovernor) -> None:
     """Records of one captioned batch: objects, coverage, summaries, sinks, the beam governor."""
-    for frame, caption, counted, camera in zip(frames, captions, summaries, cameras, strict=True):
-        if annotate_objects is not None:  # --detections replaces the source's own objects
-            frame.objects = annotate_objects(frame)
+    known = None
+    if annotate_objects is not None:  # --detections or --detector replaces the source's own objects
+        start = time.perf_counter()
+        known = annotate_objects(frames)  # one call per batch: a detector runs every camera's frame at once
+        key = getattr(annotate_objects, "latency_key", None)
+        for caption in captions if key else ():
+            caption.latency_ms[key] = (time.perf_counter() - start) * 1e3
+    for i, (frame, caption, counted, camera) in enumerate(zip(frames, captions, summaries, cameras, strict=True)):
+        if known is not None:
+            frame.objects = known[i]
         record = Record(frame, caption, counted[-1].source, t_done, camera=camera)  # the camera's own
         scored = coverage.score(caption.text, frame.objects) if coverage is not None else None
         if scored is not None:
@@ -136,7 +143,8 @@ def run_loop(captioner: Captioner, grabber: FrameGrabber, summary: Summary,
              beam: int | None = None) -> Summary:
     """Caption until the source ends, `options.frames` captions are done, or `stop` is set.
 
-    annotate_objects(frame) -> objects | None replaces the frame's objects (--detections);
+    annotate_objects(frames) -> [objects | None per frame] replaces the frames' objects (--detections,
+    --detector); with a `latency_key` its time goes into each caption's latency_ms under that key;
     coverage.score(caption, objects) -> (coverage, matches) | None.
     """
     governor = BeamGovernor(beam or captioner.beam, options.latency_budget_ms)

@@ -46,7 +46,11 @@ class McapCaptionSink:
         self.count = 0
 
     def write(self, record: Record) -> None:
-        log_ns, messages = record_messages(record)
+        self.write_messages(*record_messages(record))
+
+    def write_messages(self, log_ns: int, messages: list[tuple[str, str, dict]]) -> None:
+        """One caption's messages as `record_messages` made them (edgecap fleet makes them in
+        its caption actors and writes them here, in the driver)."""
         for topic, typename, fields in messages:
             self.writer.write(topic, typename, fields, log_ns)
         self.count += 1

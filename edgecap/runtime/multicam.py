@@ -20,6 +20,8 @@ import threading
 
 from edgecap.errors import EdgecapError
 
+from .sources import masked, source_identity
+
 # the options that follow one camera (a window, a video, a caption log, a frame-id-keyed file)
 SINGLE_SOURCE_ONLY = (("show", "--show"), ("save_video", "--save-video"), ("out_mcap", "--out-mcap"),
                       ("rerun", "--rerun"), ("detections", "--detections"))
@@ -37,9 +39,9 @@ def check_sources(sources: list[str], settings) -> None:
                            f"with --batch {len(sources)} to run a round as one batch)")
     seen = set()
     for source in sources:
-        if source.strip() in seen:
-            raise EdgecapError(f"--source {source} is given twice; each camera once")
-        seen.add(source.strip())
+        if source_identity(source) in seen:
+            raise EdgecapError(f"--source {masked(source)} is given twice (as {masked(source_identity(source))}); each camera once")
+        seen.add(source_identity(source))
 
 
 def execute_cameras(captioner, settings, sources: list[str], stop: threading.Event, out=None,
@@ -53,7 +55,7 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     from .run_parts import coverage_in_background, default_pace
     from .run_parts import log as _log
     from .run_sinks import RunContext, open_sinks
-    from .scoring import CoverageAnnotator
+    from .scoring import CoverageAnnotator, bundle_vectors
     from .sources import ACVRSource, SynthSource, make_source, masked
 
     out = out or sys.stdout
@@ -61,9 +63,14 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     beam = captioner.check_beam(settings.beam) if settings.beam is not None else captioner.beam
     built = [make_source(s, fps=settings.source_fps, topic=settings.topic, area=settings.area)
              for s in sources]
-    knows_objects = any(isinstance(s, (ACVRSource, SynthSource)) for s in built)
+    from .detector import DetectorHook, coverage_vocabulary, open_detector
+
+    detector = open_detector(settings)  # every camera's frame of a round in one detector batch
+    knows_objects = detector is not None or any(isinstance(s, (ACVRSource, SynthSource)) for s in built)
     coverage = CoverageAnnotator(settings.coverage and knows_objects, log=lambda m: print(m, file=out, flush=True),
-                                 background=coverage_in_background(settings, built))
+                                 vocabulary=None if detector is None else coverage_vocabulary(detector),
+                                 background=coverage_in_background(settings, built),
+                                 vectors=bundle_vectors(captioner.bundle))
     names = [masked(s) for s in sources]  # a URL's password masked
     summary = Summary(", ".join(names), coverage_area=settings.area, cameras=[])
     if len(sources) > captioner.batch_size:
@@ -77,6 +84,8 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
     with contextlib.ExitStack() as closing:
         closing.callback(coverage.close)  # last out: a background scorer load finishes first
         captioner.warm_up()  # before any camera opens: its driver would queue stale frames
+        if detector is not None:
+            detector.warm_up()
         coverage.warm_up()
         for index, source in enumerate(built):
             source.open()  # SourceOpenError: one line, exit 1; the cameras opened so far are closed
@@ -100,11 +109,14 @@ def execute_cameras(captioner, settings, sources: list[str], stop: threading.Eve
                 camera.grabber.start()
             try:
                 run_cameras(captioner, cameras, summary, record_sinks, options, stop, fresh,
+                            annotate_objects=None if detector is None else DetectorHook(detector),
                             coverage=coverage, beam=beam, log=_log)
             except KeyboardInterrupt:  # a second signal: stop now, still summarise
                 interrupt_delivered()
                 summary.stopped_by = "signal"
         summary.coverage_unscored = coverage.unscored
+        if detector is not None:
+            summary.detector = detector.report()
     print(summary.human(), file=out, flush=True)
     if settings.jsonl:
         write_json_atomic(summary_path(settings.jsonl), summary.to_json())

@@ -27,7 +27,7 @@ from edgecap.errors import EdgecapError
 from edgecap.io import WorkDir, probe_writable
 
 from .records import Record
-from .sources import KnownObject
+from .sources import KnownObject, opencv_log_silent
 
 GREEN, YELLOW, GREY, WHITE, BLACK = (60, 200, 60), (0, 210, 240), (150, 150, 150), (255, 255, 255), (0, 0, 0)
 PLATE = (30, 30, 30)  # label background
@@ -192,6 +192,7 @@ def annotate(record: Record, min_width: int = MIN_WIDTH, caption_lines: int | No
 # containers OpenCV's writer fills with mp4v video (checked with OpenCV 4.x and 5.x)
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".avi", ".mkv")
 VIDEO_CODEC = "mp4v"
+FULL_BELOW = 1 << 20  # bytes: less free than this when FFmpeg fails to write is a full disk
 
 
 def check_video_path(path: str | os.PathLike) -> None:
@@ -228,7 +229,12 @@ class VideoSink:
     and renamed on close, so an aborted run never leaves a half-written video under the final
     name (and a killed one leaves a work directory the next write removes). The work directory
     is claimed when the sink opens, at the start of the run: a second run saving to the same
-    video is refused then, in one line naming the first, instead of racing it to the rename."""
+    video is refused then, in one line naming the first, instead of racing it to the rename.
+
+    OpenCV's writer does not raise when FFmpeg cannot write (a full disk): `write` returns
+    False and FFmpeg logs "Failed to write frame". So each frame's result is checked, and the
+    finished file is read back (it must open and hold every frame) before it is renamed into
+    place; either failure is one line naming the video and the free space, and no video."""
 
     def __init__(self, path: str | os.PathLike, fps: float = 10.0):
         check_video_path(path)
@@ -250,14 +256,50 @@ class VideoSink:
             self._writer, self._size = writer, size
         if size != self._size:  # a stream that changed resolution on reopen
             frame = cv2.resize(frame, self._size, interpolation=cv2.INTER_AREA)
-        self._writer.write(frame)
+        with opencv_log_silent():  # its "FFmpeg: Failed to write frame" warning: our error says it once
+            written = self._writer.write(frame)
+        if written is False:  # None from OpenCV 4, whose writer reports nothing: the read-back catches it
+            # the message first: it says how much space is free, before the work directory's is given back
+            message = self._failure(f"OpenCV's writer failed at frame {self.count}; no video written")
+            self._abort()
+            raise EdgecapError(message)
         self.count += 1
+
+    def _failure(self, what: str) -> str:
+        """OpenCV passes on no errno: a disk with less than FULL_BELOW free is taken to be full."""
+        from edgecap.io import free_bytes, free_space
+
+        free = free_bytes(self.path)
+        if free is not None and free < FULL_BELOW:
+            return f"cannot write --save-video {self.path}: No space left on device ({free_space(self.path)}): {what}"
+        return f"cannot write --save-video {self.path}: {what} ({free_space(self.path)})"
+
+    def _finish(self) -> None:
+        """Release the writer and read the file back: it must open and hold every frame."""
+        import cv2
+
+        writer, self._writer = self._writer, None
+        writer.release()
+        capture = cv2.VideoCapture(str(self._work.file()))
+        try:
+            frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) if capture.isOpened() else -1
+        finally:
+            capture.release()
+        if frames != self.count:
+            found = "does not open" if frames < 0 else f"holds {frames} of its {self.count} frames"
+            raise EdgecapError(self._failure(f"the finished video {found} (FFmpeg could not write it whole); "
+                                             "no video written"))
+
+    def _abort(self) -> None:
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.release()
+        self._work.close()
 
     def close(self) -> None:
         if self._writer is not None:
-            writer, self._writer = self._writer, None
-            self._work.finish(writer.release)
-        else:  # no frame came: no video, and the claim is dropped
+            self._work.finish(self._finish)
+        else:  # no frame came, or the writer failed: no video, and the claim is dropped
             self._work.close()
 
 

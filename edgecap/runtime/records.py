@@ -3,10 +3,11 @@
 One record per captioned frame:
 
     {"frame_id", "image_id"?, "source", "t_capture", "wall_time", "caption", "tokens", "beam",
-     "latency_ms": {"preprocess", "visual", "encoder", "decode"}, "capture_to_caption_ms",
+     "latency_ms": {"preprocess", "visual", "encoder", "decode", "detector"?}, "capture_to_caption_ms",
      "header_stamp_ns"?, "log_time_ns"?, "header_frame_id"? (robot logs),
      "objects"?: [{"class", "box", "area", "box_area", "pixel_area"?}],
-     "coverage"?: {">1%": .., ">3%": .., ">5%": .., ">10%": ..}, "mentioned"?}
+     "coverage"?: {">1%": .., ">3%": .., ">5%": .., ">10%": ..}, "mentioned"?,
+     "hallucinated"?: [{"noun", "class"}], "mentions"?, "precision"?, "f1"?: {">1%": .., ...}}
 
 The JSONL sink writes one whole line per record and flushes it, so a run that is interrupted
 (Ctrl-C, SIGTERM, a crash) leaves every finished record on disk as valid JSON Lines, readable
@@ -25,16 +26,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgecap import __version__
-from edgecap.contract.runlog import (
-    RUN_END,
-    RUN_START,
-    read_runs,  # noqa: F401 (still importable from here)
-    summary_path,
-)
+from edgecap.contract.runlog import RUN_END, RUN_START, summary_path
 
 from .camera import Frame, GrabberStats
 from .captioner import STAGES, Caption
 from .histogram import LogHistogram
+
+
+class Mentioned(list):
+    """What a caption names, per frame: the coverage matches at the lowest threshold (this list
+    of {noun, class, profit, exact}, as "mentioned" always was) and the other side of coverage,
+    CHAIR-style: `hallucinated` ({noun, class} for every mention of a class not in view),
+    `mentions` (how many mentions of a class the caption makes), `precision` (in-view share of
+    them, 1 - CHAIR-i; None without any) and `f1` with coverage per threshold label."""
+
+    def __init__(self, matches=(), hallucinated=(), mentions: int = 0, precision: float | None = None,
+                 f1: dict[str, float | None] | None = None):
+        super().__init__(matches)
+        self.hallucinated = list(hallucinated)
+        self.mentions = mentions
+        self.precision = precision
+        self.f1 = dict(f1 or {})
+
+    def to_json(self) -> dict:
+        return {"hallucinated": self.hallucinated, "mentions": self.mentions,
+                "precision": None if self.precision is None else round(self.precision, 6),
+                "f1": {k: (None if v is None else round(v, 6)) for k, v in self.f1.items()}}
 
 
 @dataclass
@@ -44,7 +61,7 @@ class Record:
     source: str
     t_done: float                                 # time.monotonic() when the caption was ready
     coverage: dict[str, float | None] | None = None
-    matches: list[dict] | None = None             # coverage matches at the lowest threshold
+    matches: list[dict] | None = None             # coverage matches at the lowest threshold (a Mentioned)
     camera: int | None = None                     # which camera (--source order), in a run of several
 
     def stamps_ns(self) -> tuple[int, int]:
@@ -73,7 +90,8 @@ class Record:
             "caption": c.text,
             "tokens": list(c.tokens),
             "beam": c.beam,
-            "latency_ms": {s: round(c.latency_ms.get(s, 0.0), 3) for s in STAGES},
+            # the caption's stages, then any stage beside it (a --detector's "detector")
+            "latency_ms": {s: round(c.latency_ms.get(s, 0.0), 3) for s in (*STAGES, *sorted(set(c.latency_ms) - set(STAGES)))},
             "capture_to_caption_ms": round(self.capture_to_caption_ms, 3),
         })
         if f.stamp is not None:
@@ -82,7 +100,9 @@ class Record:
             out["objects"] = [o.to_json() for o in f.objects]
         if self.coverage is not None:
             out["coverage"] = {k: (None if v is None else round(v, 6)) for k, v in self.coverage.items()}
-            out["mentioned"] = self.matches or []
+            out["mentioned"] = list(self.matches or [])
+            if isinstance(self.matches, Mentioned):
+                out.update(self.matches.to_json())
         return out
 
     def human(self) -> str:
@@ -93,45 +113,108 @@ class Record:
         if self.coverage is not None:
             cells = [f"{k}={'-' if v is None else f'{100 * v:.0f}%'}" for k, v in self.coverage.items()]
             parts.append("| coverage " + " ".join(cells))
+            hallucinated = getattr(self.matches, "hallucinated", None)
+            if hallucinated:
+                parts.append("| not in view: " + ", ".join(sorted({h["class"] for h in hallucinated})))
         return "  ".join(parts)
 
 
+RESERVE_BYTES = 16 * 1024  # kept free beside a caption log for its last line (a summary: a few kB)
+
+
 class JsonlWriter:
-    """Writes one JSON line per record and flushes it; `close()` is idempotent.
+    """Writes one JSON line per record, straight to the file (unbuffered); `close()` is idempotent.
 
     `append` keeps what the file holds (a service restarted after a camera loss must not wipe
-    its history) and starts on a fresh line if the previous process died mid-line.
+    its history) and starts on a fresh line if the previous process died mid-line. A line that
+    cannot be written whole (a full disk) is cut off again (`edgecap.io.append_whole`): the
+    records before it stay whole, and `end()` can still close the log with a line saying why
+    the run was cut short.
     """
 
     def __init__(self, path: str | os.PathLike, append: bool = False):
-        from edgecap.io import WorkDir
+        from edgecap.io import WorkDir, write_error
 
         self.path = Path(path)
         # the file is written in place (a killed run keeps its records), so the claim on it is
         # a work directory beside it: a second writer is refused before it truncates anything
         self._claim = WorkDir(self.path, "--jsonl", exclusive=True)
+        # room for the log's last line on a disk that fills up: a file in the claim (same file
+        # system), deleted just before that line is written
+        self._reserve = self._claim.file(".reserve")
         try:
-            self._fh = self.path.open("a" if append else "w", encoding="utf-8")
+            self._reserve.write_bytes(bytes(RESERVE_BYTES))
+            self._fh = self.path.open("ab" if append else "wb", buffering=0)
+        except OSError as exc:
+            self._claim.close()
+            raise write_error(exc, self.path, "--jsonl") or exc from None
         except BaseException:
             self._claim.close()
             raise
-        if append and self._fh.tell() > 0 and not _ends_with_newline(self.path):
-            self._fh.write("\n")
         self.count = 0
+        self.failed = False
+        if append and self._fh.tell() > 0 and not _ends_with_newline(self.path):
+            self._put(b"\n")
 
     def write(self, obj: dict) -> None:
-        self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        self._fh.flush()
+        self._put((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
         self.count += 1
 
+    def _put(self, data: bytes) -> None:
+        from edgecap.errors import EdgecapError
+        from edgecap.io import append_whole
+
+        try:
+            append_whole(self._fh, data, self.path, "--jsonl")
+        except EdgecapError as exc:
+            self.failed = True
+            raise EdgecapError(f"{exc}; the {self.count} record{'s' * (self.count != 1)} written before it "
+                               "are whole") from None
+
+    def end(self, line: dict, short: dict) -> None:
+        """The log's last line: `line` (a run_end with the run's summary), or when it does not fit
+        (the disk is full) the `short` one; when neither fits, the log ends with its last whole
+        record. Never raises an error of its own: the run's own error is what is reported."""
+        from edgecap.errors import EdgecapError
+
+        self._reserve.unlink(missing_ok=True)
+        for candidate in (line, short):
+            try:
+                self.write(candidate)
+                return
+            except (EdgecapError, OSError, ValueError):
+                continue
+
     def close(self) -> None:
+        from edgecap.io import write_error
+
         try:
             if not self._fh.closed:
-                self._fh.flush()
-                os.fsync(self._fh.fileno())
-                self._fh.close()
+                fh = self._fh
+                try:
+                    os.fsync(fh.fileno())  # a file system that allocates late reports a full disk here
+                finally:
+                    fh.close()
+        except OSError as exc:
+            raise write_error(exc, self.path, "--jsonl") or exc from None
         finally:
             self._claim.close()
+
+
+def cut_short(summary: dict, exc: BaseException) -> tuple[dict, dict]:
+    """The run_end lines (with the run's summary so far; without) that end a caption log whose
+    run did not finish in order: `stopped_by` says what cut it short, `cut_short` marks it."""
+    from edgecap.io import Terminated
+
+    if isinstance(exc, Terminated):
+        reason = f"terminated ({exc})"
+    elif isinstance(exc, KeyboardInterrupt):
+        reason = "interrupted (SIGINT)"
+    else:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = f"error: {text[:300]}"
+    short = {"kind": RUN_END, "stopped_by": reason, "cut_short": True}
+    return {**summary, **short}, short
 
 
 def check_jsonl_target(path: str | os.PathLike, append: bool) -> None:
@@ -199,11 +282,22 @@ class Summary:
     beam_changes: int = 0
     coverage_area: str = "box"                    # what an object's area is (--area)
     detections: dict | None = None                # the --detections file's ids, matched or not
+    detector: dict | None = None                  # the --detector that gave the objects
     cameras: list[Summary] | None = None          # several sources: each camera's own summary
     camera: int | None = None                     # a camera's own summary: its --source position
     stalls: int = 0                               # times a camera published nothing for a while
     rounds: int = 0                               # several sources: batches captioned
     coverage_unscored: int = 0                    # captions finished while the scorer was loading
+    # the other side of coverage (Mentioned), as running sums: mentions of a class, those not in
+    # view, captions with one, and precision / F1 sums over the captions they are defined for
+    mention_frames: int = 0
+    mentions: int = 0
+    hallucinated: int = 0
+    hallucinating_frames: int = 0
+    precision_sum: float = 0.0
+    precision_frames: int = 0
+    f1_sums: dict[str, float] = field(default_factory=dict)
+    f1_counts: dict[str, int] = field(default_factory=dict)
 
     def add(self, record: Record) -> None:
         self.captioned += 1
@@ -216,6 +310,37 @@ class Summary:
             if value is not None:
                 self.coverage_sums[key] = self.coverage_sums.get(key, 0.0) + value
                 self.coverage_counts[key] = self.coverage_counts.get(key, 0) + 1
+        if isinstance(record.matches, Mentioned):
+            self._add_mentions(record.matches)
+
+    def _add_mentions(self, m: Mentioned) -> None:
+        self.mention_frames += 1
+        self.mentions += m.mentions
+        self.hallucinated += len(m.hallucinated)
+        self.hallucinating_frames += bool(m.hallucinated)
+        if m.precision is not None:
+            self.precision_sum += m.precision
+            self.precision_frames += 1
+        for key, value in m.f1.items():
+            if value is not None:
+                self.f1_sums[key] = self.f1_sums.get(key, 0.0) + value
+                self.f1_counts[key] = self.f1_counts.get(key, 0) + 1
+
+    def hallucination(self) -> dict | None:
+        """CHAIR-i / CHAIR-s over the run's scored frames, mean precision and F1 (None: no
+        frame was scored)."""
+        frames = self.mention_frames
+        if not frames:
+            return None
+        return {
+            "CHAIR-i": round(self.hallucinated / self.mentions, 6) if self.mentions else 0.0,
+            "CHAIR-s": round(self.hallucinating_frames / frames, 6),
+            "frames": frames, "mentions": self.mentions, "hallucinated_mentions": self.hallucinated,
+            "frames_with_hallucination": self.hallucinating_frames,
+            "precision_mean": round(self.precision_sum / self.precision_frames, 6) if self.precision_frames else None,
+            "precision_frames": self.precision_frames,
+            "f1_mean": {k: round(self.f1_sums[k] / n, 6) for k, n in self.f1_counts.items()},
+        }
 
     @property
     def fps(self) -> float | None:
@@ -245,8 +370,10 @@ class Summary:
             "coverage_mean": {k: round(self.coverage_sums[k] / n, 6) for k, n in self.coverage_counts.items()},
             "coverage_frames": dict(self.coverage_counts),
             "coverage_rule": coverage_rule(self.coverage_area),
+            **({"hallucination": h} if (h := self.hallucination()) is not None else {}),
             **({"coverage_unscored": self.coverage_unscored} if self.coverage_unscored else {}),
             **({"detections": self.detections} if self.detections is not None else {}),
+            **({"detector": self.detector} if self.detector is not None else {}),
             **({"stalls": self.stalls} if self.camera is not None else {}),
             **({"rounds": self.rounds, "cameras": [c.to_json() for c in self.cameras]}
                if self.cameras is not None else {}),
@@ -270,6 +397,14 @@ class Summary:
             cells = [f"{k} {100 * v:.1f} (n={s['coverage_frames'][k]})"
                      for k, v in s["coverage_mean"].items()]
             lines.append(f"  mean coverage ({s['coverage_rule']}): " + ", ".join(cells))
+        if s.get("hallucination"):
+            h = s["hallucination"]
+            f1 = ", ".join(f"{k} {100 * v:.1f}" for k, v in h["f1_mean"].items())
+            lines.append(f"  not in view: {h['hallucinated_mentions']} of {h['mentions']} class mentions "
+                         f"(CHAIR-i {100 * h['CHAIR-i']:.1f}%), in {h['frames_with_hallucination']} captions "
+                         f"(CHAIR-s {100 * h['CHAIR-s']:.1f}%); mean precision "
+                         + ("-" if h["precision_mean"] is None else f"{100 * h['precision_mean']:.1f}")
+                         + (f", mean F1 {f1}" if f1 else ""))
         if s.get("coverage_unscored"):
             lines.append(f"  {s['coverage_unscored']} captions not scored: finished while the coverage scorer "
                          "was loading (--coverage-load background)")

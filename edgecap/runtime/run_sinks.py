@@ -11,14 +11,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .records import Summary
+from .sources import Source
+
 
 @dataclass
 class RunContext:
     """What a sink may need of the run besides its settings."""
 
-    summary: object                 # records.Summary: the run's, written at the end of --append runs
+    summary: Summary                # the run's, written at the end of --append runs
     stop: threading.Event           # set to end the run (a closed window)
-    source: object = None           # the one source; None for several cameras (their sinks follow one)
+    source: Source | None = None    # the one source; None for several cameras (their sinks follow one)
 
 
 class SinkRow(NamedTuple):
@@ -32,15 +35,24 @@ class SinkRow(NamedTuple):
 
 def jsonl_sink(closing, settings, run: RunContext):
     """The --jsonl writer; with --append the run opens with a run_start line and closes with a
-    run_end line holding the run's summary."""
-    from .records import RUN_END, JsonlWriter, run_start_record
+    run_end line holding the run's summary. A run that does not end in order (a second Ctrl-C,
+    SIGTERM while winding down, a full disk, an error) ends the log, with or without --append,
+    with a run_end line marked `cut_short` whose `stopped_by` says why."""
+    from .records import RUN_END, JsonlWriter, cut_short, run_start_record
 
     summary = run.summary
     jsonl = closing.enter_context(contextlib.closing(JsonlWriter(settings.jsonl, settings.append)))
     if settings.append:
         jsonl.write(run_start_record(summary.source, settings.bundle, settings.area))
-        # registered after closing(): runs first, so the summary line precedes the close
-        closing.callback(lambda: jsonl.write({"kind": RUN_END, **summary.to_json()}))
+
+    def end(exc_type, exc, _tb) -> bool:
+        if exc is not None:
+            jsonl.end(*cut_short(summary.to_json(), exc))
+        elif settings.append:
+            jsonl.write({"kind": RUN_END, **summary.to_json()})
+        return False  # whatever cut the run short is still raised
+
+    closing.push(end)  # registered after the writer: runs first, so the last line precedes the close
     return lambda record: jsonl.write(record.to_json())
 
 

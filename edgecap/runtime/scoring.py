@@ -17,16 +17,31 @@ import threading
 from edgecap.contract.objects import KnownObject, class_areas
 from edgecap.errors import MissingExtraError
 
+from .records import Mentioned
+
 COVERAGE_OFF = "coverage off: pip install edgecap[nlp]"
 
 
+def bundle_vectors(bundle) -> str | None:
+    """The word vectors coverage needs for this bundle's captions, which `edgecap export` wrote
+    into it (edgecap.metrics.subset): a few hundred kB and no pyarrow instead of the 400,000-word
+    table. None for a bundle exported without edgecap[nlp] (the whole table is used)."""
+    entry = getattr(getattr(bundle, "manifest", None), "coverage", None)
+    return str(bundle.path / entry.vectors) if entry else None
+
+
 class CoverageAnnotator:
-    """`score(caption, objects) -> ({">1%": cov, ...}, matches)`, or None when switched off.
+    """`score(caption, objects) -> ({">1%": cov, ...}, Mentioned)`, or None when switched off.
 
-    `vocabulary`: the class set the objects come from (edgecap.metrics.vocabulary; None: ACVR's)."""
+    `vocabulary`: the class set the objects come from (edgecap.metrics.vocabulary; None: ACVR's);
+    the objects' own class names join it as they come, and one no known class has is logged once.
+    `Mentioned` (records.py) is the coverage matches at the lowest threshold with the other side:
+    the classes the caption names that are not in view, its precision and F1."""
 
-    def __init__(self, enabled: bool = True, log=print, scorer=None, vocabulary=None, background: bool = False):
+    def __init__(self, enabled: bool = True, log=print, scorer=None, vocabulary=None, background: bool = False,
+                 vectors: str | None = None):
         self.enabled = enabled
+        self.vectors = vectors  # the bundle's word vectors (bundle_vectors); None: the whole table
         self.log = log
         self._scorer = scorer
         self._labels = None
@@ -40,7 +55,7 @@ class CoverageAnnotator:
         if self._scorer is None:
             from edgecap.metrics.coverage import CoverageScorer  # spaCy + GloVe: seconds to load
 
-            self._scorer = CoverageScorer(vocabulary=self.vocabulary)
+            self._scorer = CoverageScorer(glove=self.vectors, vocabulary=self.vocabulary, warn=self.log)
         return self._scorer
 
     def warm_up(self) -> None:
@@ -94,4 +109,6 @@ class CoverageAnnotator:
         # caption mentions (exact names / synonyms, or GloVe-similar nouns with their profit).
         lowest = min(result.matches) if result.matches else None
         matches = [m.to_json() for m in result.matches.get(lowest, [])] if lowest is not None else []
-        return coverage, matches
+        return coverage, Mentioned(matches, [{"noun": noun, "class": cls} for noun, cls in result.hallucinated],
+                                   len(result.mentions), result.precision,
+                                   {threshold_label(t): v for t, v in result.f1.items()})

@@ -28,9 +28,9 @@ import numpy as np
 from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
 from edgecap.contract.manifest import DecodingDefaults, DecodingState, Manifest, load_manifest
 from edgecap.contract.preprocess import Preprocessing
-from edgecap.errors import EdgecapError, require
+from edgecap.errors import EdgecapError
 
-from .engines import OrtGraph, TrtGraph, say_once
+from .engines import OrtGraph, TrtGraph, engines_importable, say_once
 from .steppers import CrossTensors, DeviceCross, DeviceStepper, HostStepper
 
 ROLES = ("visual", "encoder", "decoder_step", "cache_update")
@@ -61,8 +61,9 @@ class Bundle:
         threads / spin: onnxruntime's intra-op threads (0: one per physical core) and whether
         they busy-wait between ops (docs/runtime.md, "onnxruntime settings").
 
-        engine: "auto" uses the bundle's TensorRT engines when it has them and `tensorrt` can
-        be imported (an engine built elsewhere is refused, saying how to rebuild), otherwise
+        engine: "auto" uses the bundle's TensorRT engines when it has them and the TensorRT that
+        built them (tensorrt or tensorrt_rtx) can be imported (an engine this machine cannot run,
+        for want of that release or a supported GPU, is refused in one line), otherwise
         onnxruntime; "onnxruntime" or "tensorrt" force one.
 
         device_state: where the decoding state lives (docs/runtime.md, "Where the decoding
@@ -82,9 +83,7 @@ class Bundle:
         has_engines = any(g.engine == "tensorrt" for g in manifest.graphs)
         if engine == "tensorrt" and not has_engines:
             raise EdgecapError(f"bundle {root} has no TensorRT engines (export with --engine trt)")
-        use_trt = engine == "tensorrt" or (engine == "auto" and has_engines and _importable("tensorrt"))
-        if use_trt:
-            require("tensorrt", "trt", "native TensorRT engines")
+        use_trt = engine == "tensorrt" or (engine == "auto" and has_engines and engines_importable(manifest))
         graphs = {}
         for role in ROLES:
             captured = cuda_graph and role in ("decoder_step", "cache_update")
@@ -253,8 +252,3 @@ def _where_state_lives(root: Path, graphs: dict, asked: bool | None, cuda_graph:
                            f"(device_state and the CUDA or TensorRT provider, or TensorRT engines)")
     return bool(asked)
 
-
-def _importable(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None

@@ -109,7 +109,11 @@ def read_image(path: Path) -> np.ndarray:
         raise BadFrame(f"{path}: {problem}")
     # decoded from the bytes just checked: the file is read once, and what is decoded is what
     # was checked even if the file changes meanwhile (imdecode applies EXIF orientation as imread does)
-    return check_image(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), str(path))
+    try:
+        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error as exc:  # OpenCV asserts instead of returning None on some inputs
+        raise BadFrame(f"{path}: cannot decode ({str(exc).strip().splitlines()[-1][:160]})") from None
+    return check_image(image, str(path))
 
 
 def no_images_reason(path: Path) -> str:
@@ -289,21 +293,30 @@ def opencv_quiet():
     the capture thread's reports). OPENCV_LOG_LEVEL set by the user leaves everything as is."""
     import threading
 
-    import cv2
 
     lines: list[str] = []
     if os.environ.get("OPENCV_LOG_LEVEL"):
         yield lines
         return
-    logging = cv2.utils.logging
-    level = logging.getLogLevel()
-    logging.setLogLevel(logging.LOG_LEVEL_SILENT)
-    try:
+    with opencv_log_silent():
         if threading.current_thread() is threading.main_thread():
             with stderr_lines() as lines:
                 yield lines
         else:
             yield lines
+
+
+@contextlib.contextmanager
+def opencv_log_silent():
+    """OpenCV's own log lines ([ WARN ] ...) off for the block, where the caller reports the
+    outcome itself (a capture that does not open, a video frame that could not be written)."""
+    import cv2
+
+    logging = cv2.utils.logging
+    level = logging.getLogLevel()
+    logging.setLogLevel(logging.LOG_LEVEL_SILENT)
+    try:
+        yield
     finally:
         logging.setLogLevel(level)
 
@@ -547,7 +560,63 @@ def make_source(spec: str, fps: float | None = None, topic: str | None = None, a
         if path.suffix.lower() in IMAGE_SUFFIXES:
             return FolderSource([path], text, fps)
         return CaptureSource(str(path), "video", fps)
+    special = _special_file(path)
+    if special == "camera":  # /dev/video0, or a /dev/v4l/by-id/... link to it
+        return CaptureSource(text, "camera", fps)
+    if special:
+        raise SourceOpenError(f"source {text!r} is {special}; expected {SOURCE_HELP}")
     raise SourceOpenError(f"source {text!r}: no such file or directory; expected {SOURCE_HELP}")
+
+
+V4L_MAJOR = 81  # Linux's video4linux character devices (/dev/videoN)
+
+
+def _special_file(path: Path) -> str:
+    """'camera' for a video4linux device; for any other file that is neither a regular file nor
+    a directory (a FIFO, /dev/null), what it is and why it is no source; '' when nothing is there."""
+    import stat
+
+    try:
+        mode = path.stat()
+    except OSError:
+        return ""
+    if stat.S_ISCHR(mode.st_mode):
+        if os.major(mode.st_rdev) == V4L_MAJOR:
+            return "camera"
+        return "a character device, not a camera (a video4linux camera is /dev/videoN)"
+    if stat.S_ISFIFO(mode.st_mode):
+        return ("a named pipe (FIFO), which OpenCV cannot open as a video: write the stream to a file, or "
+                "serve it as a URL (udp://, rtsp://)")
+    kind = "a socket" if stat.S_ISSOCK(mode.st_mode) else "a block device" if stat.S_ISBLK(mode.st_mode) \
+        else "a special file"
+    return f"{kind}, not a camera, video, image or folder"
+
+
+def source_identity(spec: str) -> str:
+    """What a --source string names, whatever its spelling, so that one camera given twice is
+    recognised: a file or folder by its resolved path (a trailing slash, `./`, a symbolic link),
+    a camera index or its /dev/videoN device as `camera N`, synth:// by all its parameters
+    (`synth://tabletop` is `synth://tabletop?seed=0`), a stream URL with its scheme and host in
+    lower case. A string that names nothing (yet) is itself."""
+    text = str(spec).strip()
+    if re.fullmatch(r"\d+", text):
+        return f"camera {int(text)}"
+    if "://" in text:
+        parts = urlsplit(text)
+        scheme = parts.scheme.lower()
+        if scheme == "synth":
+            try:
+                synth = parse_synth(text)
+            except SourceOpenError:
+                return text
+            return f"synth://tabletop?seed={synth.seed}&size={synth.size}&fps={synth.fps:g}&scene={synth.scene:g}"
+        netloc = parts.netloc.rpartition("@")
+        return parts._replace(scheme=scheme, netloc=netloc[0] + netloc[1] + netloc[2].lower()).geturl()
+    if not text:
+        return text
+    resolved = os.path.realpath(os.path.expanduser(text))
+    device = re.fullmatch(r"/dev/video(\d+)", resolved)
+    return f"camera {int(device.group(1))}" if device else resolved
 
 
 def open_source(spec: str, fps: float | None = None, topic: str | None = None, area: str = "box") -> Source:

@@ -123,7 +123,7 @@ def run(args) -> int:
     from edgecap.io import write_json_atomic
     from edgecap.models.checkpoint import load_checkpoint
     from edgecap.runtime.sources import BadFrame, read_image
-    from edgecap.train.captioning import caption_batch, retrieval_for
+    from edgecap.train.captioning import caption_batch, extra_inputs_for
 
     check_checkpoint_path(Path(args.checkpoint))
     out = Path(args.json) if args.json else None
@@ -147,9 +147,9 @@ def run(args) -> int:
     if args.beam > ckpt.config.vocab_size:
         raise EdgecapError(f"--beam {args.beam}: expected 1..{ckpt.config.vocab_size} (the model's vocabulary)")
     options = DecodeOptions(beam_size=args.beam, max_len=max_len, length_penalty=args.length_penalty)
-    retrieval = retrieval_for(ckpt)
+    extra_inputs = extra_inputs_for(ckpt)
     if args.split is not None:
-        return caption_split(args, ckpt, options, retrieval, out)
+        return caption_split(args, ckpt, options, extra_inputs, out)
     if not getattr(model.visual, "takes_images", False):
         ck = shlex.quote(str(args.checkpoint))
         raise EdgecapError(
@@ -158,30 +158,46 @@ def run(args) -> int:
         )
     paths = image_paths(args.images)
     bar = progress_bar(total=len(paths), quiet=args.quiet, desc="caption", unit="img")
-    results = []
+    results, skipped = [], []
     with bar:
         for start in range(0, len(paths), args.batch):
-            chunk = paths[start:start + args.batch]
-            arrays = []
-            for path in chunk:
+            chunk, arrays = [], []
+            for path in paths[start:start + args.batch]:
                 try:
                     image = read_image(path)
-                except BadFrame as exc:  # a damaged file is no caption: stop before writing any
-                    raise EdgecapError(f"cannot read image {exc}"
-                                       + (f"; nothing written to {out}" if out else "")) from None
+                except BadFrame as exc:  # empty, damaged, undecodable: named and counted, as edgecap run does
+                    skipped.append(str(exc))
+                    if len(paths) > 1:  # one image alone: the error below names it
+                        bar.write(f"edgecap caption: skipped: {exc}", file=sys.stderr)
+                    continue
+                chunk.append(path)
                 arrays.append(preprocess_as(image, vc.preprocessing()))
-            captions = caption_batch(ckpt, torch.from_numpy(np.stack(arrays)).to(args.device), options, retrieval)
+            captions = caption_batch(ckpt, torch.from_numpy(np.stack(arrays)).to(args.device), options,
+                                     extra_inputs) if arrays else []
             for path, caption in zip(chunk, captions, strict=True):
                 results.append((path, caption))
                 if not args.quiet:
                     bar.write(f"{path}\t{caption}", file=sys.stdout)
-            bar.update(len(chunk))
+            bar.update(len(paths[start:start + args.batch]))
+    if not results:
+        what = f"cannot read image {skipped[0]}" if len(skipped) == 1 else \
+            f"none of the {len(skipped)} images could be read (each named above)"
+        raise EdgecapError(what + (f"; nothing written to {out}" if out else ""))
+    if skipped:
+        print(f"edgecap caption: {len(skipped)} of {_count(len(paths), 'image')} skipped (empty, damaged or "
+              f"undecodable: named above); {len(results)} captioned", file=sys.stderr)
     if out is not None:
-        records = [{"image_id": i, "caption": c} for i, (_, c) in zip(image_ids(paths), results, strict=True)]
+        kept = [path for path, _ in results]
+        records = [{"image_id": i, "caption": c} for i, (_, c) in zip(image_ids(kept), results, strict=True)]
         write_json_atomic(out, records)
-        print(f"wrote {out} ({len(records)} captions, COCO results format: "
-              f"edgecap eval coco --captions {shlex.quote(str(out))} --refs dataset_coco.json)")
+        also = f", {_count(len(skipped), 'image')} skipped" if skipped else ""
+        print(f"wrote {out} ({len(records)} captions{also}, "
+              f"COCO results format: edgecap eval coco --captions {shlex.quote(str(out))} --refs dataset_coco.json)")
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def split_data(args, ckpt) -> tuple[Path, Path | None, Path | None]:
@@ -200,7 +216,7 @@ def split_data(args, ckpt) -> tuple[Path, Path | None, Path | None]:
     return karpathy, found.images if found else None, features
 
 
-def caption_split(args, ckpt, options, retrieval, out: Path | None) -> int:
+def caption_split(args, ckpt, options, extra_inputs, out: Path | None) -> int:
     """--split: every image of a Karpathy split, from features or images, into COCO results."""
     from edgecap.data.karpathy import load_karpathy
     from edgecap.errors import EdgecapError
@@ -242,7 +258,7 @@ def caption_split(args, ckpt, options, retrieval, out: Path | None) -> int:
         bar.update(len(chunk))
 
     with bar:
-        captions = caption_images(ckpt.model, ckpt.vocab, source, items, options, args.batch, args.device, retrieval, show)
+        captions = caption_images(ckpt.model, ckpt.vocab, source, items, options, args.batch, args.device, extra_inputs, show)
     print(f"{args.split} split: {len(items)} images, beam {options.beam_size}; CIDEr-D {ciderd(items, captions):.4f} "
           f"against the Karpathy tokens (the COCO evaluation's numbers: edgecap eval coco)")
     if out is not None:

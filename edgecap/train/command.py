@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
             raise EdgecapError("--init-from starts a new run; a resumed run continues from its own last save")
         overrides.append(f"run.init_from={args.init_from}")
     cfg = load_config(config, overrides, args.data)
+    _check_vocabulary_overrides(cfg, args.overrides)
     if args.visual_weights is not None:
         cfg = cfg.with_visual_weights(args.visual_weights)
     trainer = Trainer(cfg, out=out, resume=args.resume is not None, max_steps=args.max_steps,
@@ -69,6 +70,21 @@ def run(args: argparse.Namespace) -> int:
         for line in report(summary):
             print(line)
     return 0
+
+
+def _check_vocabulary_overrides(cfg, overrides: list[str]) -> None:
+    """A run started --init-from a checkpoint keeps that checkpoint's words (its weights were
+    trained on them), so an explicit `--set data.min_count=N` could only be ignored: refused."""
+    from edgecap.errors import EdgecapError
+
+    if not cfg.run.init_from:
+        return
+    for assignment in overrides:
+        if assignment.split("=", 1)[0].strip() == "data.min_count":
+            raise EdgecapError(f"--set {assignment}: a run started from --init-from {cfg.run.init_from} keeps that "
+                               "checkpoint's vocabulary (its weights were trained on those words), so min_count "
+                               "cannot change it; leave --set data.min_count out, or train from scratch without "
+                               "--init-from")
 
 
 def run_dir_and_config(args: argparse.Namespace) -> tuple[str | None, str]:

@@ -7,10 +7,11 @@
     [optim]       XE optimizer (adam | adamw), lr, betas, weight decay, gradient clipping
     [schedule]    XE learning-rate schedule (noam | warmup-constant-decay | constant), epochs
     [scst]        epochs of self-critical training after XE (0 = none), beams, baseline, lr
-    [prototypes]  PMA-Net memory settings, passed to PrototypeMemory as keyword arguments
-    [retrieval]   RA-Transformer: which index to use or build, where the frozen visual
-                  front end that embeds the images comes from
     [run]         seed, output directory, logging and checkpoint cadence
+
+and one section per training hook (edgecap.train.hook), which its hook defines and checks:
+[prototypes] for PMA-Net's prototype memory, [retrieval] for RA-Transformer's index. Setting
+the section of a hook the preset does not use is an error.
 
 Unknown sections or keys and wrongly typed values are one-line errors naming the key (with a
 "did you mean"); nothing is silently fixed. Relative paths are relative to the directory the
@@ -20,7 +21,6 @@ run started in (edgecap.config_paths).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import os
 from dataclasses import dataclass, field
@@ -109,21 +109,6 @@ class SCSTSection:
 
 
 @dataclass
-class RetrievalSection:
-    """RA-Transformer runs (presets whose decoder attends to retrieved captions).
-
-    The index's image embeddings come from the model's own visual front end, which therefore
-    stays frozen for the whole run (weights and BatchNorm statistics): the neighbours a model
-    trains with are the neighbours its bundle will find on the robot.
-    """
-
-    index: str = ""  # an existing `edgecap index build` directory; "" = build <run dir>/index
-    visual_from: str = ""  # checkpoint whose visual front end is copied in (then frozen); "" = the run's seeded init
-    kind: str = "auto"  # index kind when building: auto | flat | hnsw
-    batch_size: int = 64  # images per embedding batch when building
-
-
-@dataclass
 class RunSection:
     seed: int = 0
     out: str = ""  # default: runs/<config file stem>
@@ -145,11 +130,35 @@ class TrainConfig:
     optim: OptimSection = field(default_factory=OptimSection)
     schedule: ScheduleSection = field(default_factory=ScheduleSection)
     scst: SCSTSection = field(default_factory=SCSTSection)
-    prototypes: dict[str, Any] = field(default_factory=dict)
-    retrieval: RetrievalSection = field(default_factory=RetrievalSection)
     run: RunSection = field(default_factory=RunSection)
     source: str = ""  # the file it came from
     text: str = ""  # its verbatim text (copied into the run directory)
+    # hook name -> its section ([prototypes], [retrieval]): one per registered training hook
+    hook_sections: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.hook_sections = {name: self.hook_sections.get(name) or cls()
+                              for name, cls in hook_sections_classes().items()}
+
+    def __getattr__(self, name: str):
+        """A training hook's section by its name: `cfg.retrieval.index`."""
+        sections = self.__dict__.get("hook_sections") or {}
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def phases(self) -> list[str]:
+        """The phases this run trains, in order: "xe", then "scst"."""
+        return [p for p, n in (("xe", self.schedule.epochs), ("scst", self.scst.epochs)) if n > 0]
+
+    def phase_epochs(self, phase: str) -> int:
+        return self.schedule.epochs if phase == "xe" else self.scst.epochs
+
+    def patience(self, phase: str) -> int:
+        return self.schedule.patience if phase == "xe" else self.scst.patience
+
+    def batch_size(self, phase: str) -> int:
+        return (self.scst.batch_size or self.data.batch_size) if phase == "scst" else self.data.batch_size
 
     def model_config(self, vocab_size: int, special_ids: dict[str, int] | None = None):
         from edgecap.models import preset_config
@@ -180,6 +189,8 @@ class TrainConfig:
         (edgecap.config_paths); a file that is not there is a one-line error naming its key.
         `[data.synth].dir` may not exist yet (the world is generated there)."""
         where = self.source or "config"
+        from edgecap.models.pretrained import is_packaged
+
         config = self.source if self.source and Path(self.source).is_file() else None
 
         def existing(value: str, key: str) -> str:
@@ -194,15 +205,16 @@ class TrainConfig:
         data = dataclasses.replace(d, karpathy=existing(d.karpathy, "[data].karpathy"),
                                    images=existing(d.images, "[data].images"),
                                    features=existing(d.features, "[data].features"), synth=synth)
-        r = self.retrieval
-        retrieval = dataclasses.replace(r, index=existing(r.index, "[retrieval].index"),
-                                        visual_from=existing(r.visual_from, "[retrieval].visual_from"))
+        hooks = {name: dataclasses.replace(section, **{
+                     f.name: existing(getattr(section, f.name), f"[{name}].{f.name}")
+                     for f in dataclasses.fields(section) if f.metadata.get("path")})
+                 for name, section in self.hook_sections.items()}
         run = dataclasses.replace(self.run, init_from=existing(self.run.init_from, "[run].init_from"))
         model = self.model
         visual = model.get("visual")
-        if isinstance(visual, dict) and visual.get("weights"):
+        if isinstance(visual, dict) and visual.get("weights") and not is_packaged(visual["weights"]):
             model = {**model, "visual": {**visual, "weights": existing(visual["weights"], "[model].visual.weights")}}
-        return dataclasses.replace(self, data=data, retrieval=retrieval, model=model, run=run)
+        return dataclasses.replace(self, data=data, hook_sections=hooks, model=model, run=run)
 
     def derived_model_fields(self) -> dict:
         """Model fields that follow from the front end or the features file, unless [model]
@@ -213,6 +225,7 @@ class TrainConfig:
         visual = self.model.get("visual") or {}
         if not isinstance(visual, dict):
             return {}
+        from edgecap.models.factory import preset_config, takes_images
         from edgecap.models.frontends import FRONT_END_KINDS
 
         if visual.get("kind") in FRONT_END_KINDS:
@@ -221,7 +234,7 @@ class TrainConfig:
             return frontend_overrides(visual.get("backbone", ""), int(visual.get("image_size", 0) or 0),
                                       visual.get("weights", ""), visual.get("weights_sha256", ""), kind=visual["kind"])
         made = self.features_provenance()
-        if made and visual.get("kind", "features") == "features":
+        if made and not takes_images(visual.get("kind") or preset_config(self.preset).visual.kind):
             return {"d_in": int(made["dim"]), "n_regions": int(made["n_regions"]), "encoder_positions": "sinusoidal"}
         return {}
 
@@ -239,10 +252,23 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         out = {"model": {"preset": self.preset, **self.model}}
-        for name in ("data", "optim", "schedule", "scst", "retrieval", "run"):
+        for name in CORE_SECTIONS[1:]:
             out[name] = dataclasses.asdict(getattr(self, name))
-        out["prototypes"] = dict(self.prototypes)
+        for name, section in self.hook_sections.items():
+            out[name] = dataclasses.asdict(section)
         return out
+
+
+def hook_sections_classes() -> dict[str, type]:
+    """The training hooks' config sections, name -> dataclass (edgecap.train.hook)."""
+    from edgecap.train.hook import sections
+
+    return sections()
+
+
+def section_names() -> tuple[str, ...]:
+    """Every section a training config may have: the trainer's own, then the hooks'."""
+    return (*CORE_SECTIONS, *hook_sections_classes())
 
 
 def _merged(base: dict, over: dict) -> dict:
@@ -253,7 +279,9 @@ def _merged(base: dict, over: dict) -> dict:
     return out
 
 
-SECTIONS = ("model", "data", "optim", "schedule", "scst", "prototypes", "retrieval", "run")
+CORE_SECTIONS = ("model", "data", "optim", "schedule", "scst", "run")
+# what an optional value (default None, "unset") must be when set, by its annotation
+_OPTIONAL = {"int | None": 0, "bool | None": False, "float | None": 0.0, "str | None": ""}
 
 
 def _section(cls, table, where: str):
@@ -270,33 +298,31 @@ def _section(cls, table, where: str):
         if cls is DataSection and key == "synth":
             kwargs[key] = _section(SynthSection, value, f"{where}.synth")
             continue
-        kwargs[key] = typed(value, getattr(defaults, key), f"{where}.{key}")
+        default = getattr(defaults, key)
+        if default is None:
+            default = _OPTIONAL.get(str(fields[key].type))
+        kwargs[key] = typed(value, default, f"{where}.{key}")
     return cls(**kwargs)
 
 
-def _choice(value: str, choices, where: str) -> None:
+def choice(value: str, choices, where: str) -> None:
     if value not in choices:
         raise EdgecapError(f"{where} = {value!r}{did_you_mean(value, choices)}; expected one of {', '.join(choices)}")
 
 
-def _positive(value, where: str, zero_ok: bool = False) -> None:
+def positive(value, where: str, zero_ok: bool = False) -> None:
     if value < 0 or (value == 0 and not zero_ok):
         raise EdgecapError(f"{where} = {value!r}: expected {'>= 0' if zero_ok else '> 0'}")
 
 
-def _prototype_keys() -> set[str]:
-    from edgecap.train.prototypes import PrototypeMemory
-
-    params = inspect.signature(PrototypeMemory.__init__).parameters
-    return {n for n in params if n not in ("self", "model")}
-
-
 def parse_config(data: dict, source: str = "<config>", text: str = "") -> TrainConfig:
     where = source
-    unknown = [k for k in data if k not in SECTIONS]
+    hooks = hook_sections_classes()
+    names = (*CORE_SECTIONS, *hooks)
+    unknown = [k for k in data if k not in names]
     if unknown:
         k = unknown[0]
-        raise EdgecapError(f"{where}: unknown section [{k}]{did_you_mean(k, SECTIONS)}; valid: {', '.join(SECTIONS)}")
+        raise EdgecapError(f"{where}: unknown section [{k}]{did_you_mean(k, names)}; valid: {', '.join(names)}")
     for name, value in data.items():
         if not isinstance(value, dict):
             raise EdgecapError(f"{where}: {name} = {value!r:.60} is not a section: expected a [{name}] table"
@@ -318,11 +344,10 @@ def parse_config(data: dict, source: str = "<config>", text: str = "") -> TrainC
         optim=_section(OptimSection, data.get("optim", {}), f"{where}: [optim]"),
         schedule=_section(ScheduleSection, data.get("schedule", {}), f"{where}: [schedule]"),
         scst=_section(SCSTSection, data.get("scst", {}), f"{where}: [scst]"),
-        prototypes=dict(data.get("prototypes") or {}),
-        retrieval=_section(RetrievalSection, data.get("retrieval", {}), f"{where}: [retrieval]"),
         run=_section(RunSection, data.get("run", {}), f"{where}: [run]"),
         source=source,
         text=text,
+        hook_sections={name: _section(cls, data.get(name, {}), f"{where}: [{name}]") for name, cls in hooks.items()},
     )
     _validate(cfg, where)
     return cfg
@@ -336,36 +361,36 @@ def _validate(cfg: TrainConfig, where: str) -> None:
         raise EdgecapError(f"{where}: [data.synth] generates its own data; remove karpathy/images/features")
     if d.karpathy and bool(d.images) == bool(d.features):
         raise EdgecapError(f"{where}: [data] needs exactly one of images = \"DIR\" or features = \"FILE.h5\"")
-    _choice(d.augment, ("none", "shift"), f"{where}: [data].augment")
+    choice(d.augment, ("none", "shift"), f"{where}: [data].augment")
     for name in ("batch_size", "val_batch_size", "min_count"):
-        _positive(getattr(d, name), f"{where}: [data].{name}")
+        positive(getattr(d, name), f"{where}: [data].{name}")
     for name in ("val_images", "num_workers", "shift_pixels"):
-        _positive(getattr(d, name), f"{where}: [data].{name}", zero_ok=True)
+        positive(getattr(d, name), f"{where}: [data].{name}", zero_ok=True)
     if d.synth is not None:
-        _positive(d.synth.images, f"{where}: [data.synth].images")
-        _choice(d.synth.image_format, ("jpg", "png"), f"{where}: [data.synth].image_format")
-    _choice(cfg.optim.optimizer, OPTIMIZERS, f"{where}: [optim].optimizer")
-    _choice(cfg.scst.optimizer, OPTIMIZERS, f"{where}: [scst].optimizer")
-    _positive(cfg.optim.lr, f"{where}: [optim].lr")
+        positive(d.synth.images, f"{where}: [data.synth].images")
+        choice(d.synth.image_format, ("jpg", "png"), f"{where}: [data.synth].image_format")
+    choice(cfg.optim.optimizer, OPTIMIZERS, f"{where}: [optim].optimizer")
+    choice(cfg.scst.optimizer, OPTIMIZERS, f"{where}: [scst].optimizer")
+    positive(cfg.optim.lr, f"{where}: [optim].lr")
     s = cfg.schedule
-    _choice(s.kind, SCHEDULES, f"{where}: [schedule].kind")
-    _positive(s.epochs, f"{where}: [schedule].epochs", zero_ok=True)
-    _positive(s.warmup, f"{where}: [schedule].warmup", zero_ok=s.kind != "noam")
-    _positive(s.decay_every, f"{where}: [schedule].decay_every")
-    _choice(cfg.scst.baseline, BASELINES, f"{where}: [scst].baseline")
-    _positive(cfg.scst.epochs, f"{where}: [scst].epochs", zero_ok=True)
-    _positive(s.patience, f"{where}: [schedule].patience", zero_ok=True)
-    _positive(cfg.scst.patience, f"{where}: [scst].patience", zero_ok=True)
-    _positive(cfg.scst.beam_size, f"{where}: [scst].beam_size")
-    _positive(cfg.scst.lr, f"{where}: [scst].lr")
+    choice(s.kind, SCHEDULES, f"{where}: [schedule].kind")
+    positive(s.epochs, f"{where}: [schedule].epochs", zero_ok=True)
+    positive(s.warmup, f"{where}: [schedule].warmup", zero_ok=s.kind != "noam")
+    positive(s.decay_every, f"{where}: [schedule].decay_every")
+    choice(cfg.scst.baseline, BASELINES, f"{where}: [scst].baseline")
+    positive(cfg.scst.epochs, f"{where}: [scst].epochs", zero_ok=True)
+    positive(s.patience, f"{where}: [schedule].patience", zero_ok=True)
+    positive(cfg.scst.patience, f"{where}: [scst].patience", zero_ok=True)
+    positive(cfg.scst.beam_size, f"{where}: [scst].beam_size")
+    positive(cfg.scst.lr, f"{where}: [scst].lr")
     if cfg.scst.baseline == "mean" and cfg.scst.beam_size < 2 and cfg.scst.epochs:
         raise EdgecapError(f"{where}: [scst].baseline = \"mean\" needs beam_size >= 2 (the mean of one reward is itself)")
     if s.epochs == 0 and cfg.scst.epochs == 0:
         raise EdgecapError(f"{where}: nothing to train: [schedule].epochs and [scst].epochs are both 0")
-    _choice(cfg.run.device, ("auto", "cpu", "cuda"), f"{where}: [run].device")
-    _positive(cfg.run.log_every, f"{where}: [run].log_every")
-    _positive(cfg.run.val_beam, f"{where}: [run].val_beam")
-    _positive(cfg.run.average_last, f"{where}: [run].average_last", zero_ok=True)
+    choice(cfg.run.device, ("auto", "cpu", "cuda"), f"{where}: [run].device")
+    positive(cfg.run.log_every, f"{where}: [run].log_every")
+    positive(cfg.run.val_beam, f"{where}: [run].val_beam")
+    positive(cfg.run.average_last, f"{where}: [run].average_last", zero_ok=True)
     # The model section: build the config once so a bad preset / field fails now, not later.
     try:
         from edgecap.models.factory import check_parts
@@ -374,41 +399,20 @@ def _validate(cfg: TrainConfig, where: str) -> None:
         check_parts(model_cfg)
     except EdgecapError as exc:
         raise EdgecapError(f"{where}: [model]: {exc}") from None
-    _validate_retrieval(cfg, model_cfg, where)
-    if cfg.prototypes:
-        valid = _prototype_keys()
-        for key in cfg.prototypes:
-            if key not in valid:
-                raise EdgecapError(
-                    f"{where}: [prototypes]: unknown key {key!r}{did_you_mean(key, valid)}; valid keys: {', '.join(sorted(valid))}"
-                )
-        if model_cfg.decoder_self_attention != "prototype":
-            raise EdgecapError(
-                f"{where}: [prototypes] is set but preset {cfg.preset!r} has no prototype memory "
-                f"(decoder_self_attention={model_cfg.decoder_self_attention!r})"
-            )
+    _validate_hooks(cfg, model_cfg, where)
 
 
-def _validate_retrieval(cfg: TrainConfig, model_cfg, where: str) -> None:
-    r = cfg.retrieval
-    _choice(r.kind, ("auto", "flat", "hnsw"), f"{where}: [retrieval].kind")
-    _positive(r.batch_size, f"{where}: [retrieval].batch_size")
-    if model_cfg.retrieval.index:
-        raise EdgecapError(
-            f"{where}: [model].retrieval.index is set by the trainer; name an existing index with "
-            f"[retrieval].index = \"DIR\" instead"
-        )
-    retrieves = model_cfg.decoder_self_attention == "knn"
-    if not retrieves and r != RetrievalSection():
-        raise EdgecapError(
-            f"{where}: [retrieval] is set but preset {cfg.preset!r} retrieves nothing "
-            f"(decoder_self_attention={model_cfg.decoder_self_attention!r})"
-        )
-    if r.visual_from and model_cfg.visual.kind == "features":
-        raise EdgecapError(
-            f"{where}: [retrieval].visual_from needs an image front end, but visual.kind = \"features\" "
-            f"(precomputed features are embedded as they are)"
-        )
+def _validate_hooks(cfg: TrainConfig, model_cfg, where: str) -> None:
+    """Each hook of the preset checks its section; a section of a hook it lacks must be unset."""
+    from edgecap.train.hook import HOOKS, hook_classes
+
+    used = {cls.name for cls in hook_classes(model_cfg)}
+    for name, section in cfg.hook_sections.items():
+        hook = HOOKS.get(name)
+        if name in used:
+            hook.check(section, model_cfg, where)
+        elif section != type(section)():
+            raise EdgecapError(f"{where}: [{name}] is set but preset {cfg.preset!r} {hook.unused}")
 
 
 def to_toml(data: dict) -> str:

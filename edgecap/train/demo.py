@@ -46,15 +46,15 @@ def caption_images(ck: Checkpoint, images: list[KarpathyImage], root: Path, beam
                    batch_size: int = 50) -> list[str]:
     from edgecap.contract.beam import DecodeOptions
     from edgecap.data.datasets import ImageSource
-    from edgecap.train.captioning import caption_batch, retrieval_for
+    from edgecap.train.captioning import caption_batch, extra_inputs_for
 
     source = ImageSource(root, ck.model.cfg.visual)
-    retrieval = retrieval_for(ck)
+    extra_inputs = extra_inputs_for(ck)
     options = DecodeOptions(beam_size=beam_size, max_len=ck.model.cfg.max_len)
     out = []
     for i in range(0, len(images), batch_size):
         x = torch.stack([source.load(im, None)[0] for im in images[i : i + batch_size]])
-        out += caption_batch(ck, x, options, retrieval)
+        out += caption_batch(ck, x, options, extra_inputs)
     return out
 
 
@@ -68,7 +68,7 @@ EARLIER_RULE = ("pixels area >= threshold (the rule when this entry was measured
 def ground_truth(objects: dict, image_id: str, size: int, area: str = COVERAGE_AREA) -> dict[str, float]:
     """{class: largest instance area fraction} of one size x size image of objects.json, the
     area measured as `area` says (its box by default; objects.json's `area` is the pixel count's)."""
-    from edgecap.data.acvr import object_area
+    from edgecap.contract.objects import object_area
 
     gt: dict[str, float] = {}
     for obj in objects[image_id]:

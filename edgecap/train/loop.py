@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -53,17 +52,16 @@ from edgecap.data.datasets import (
 from edgecap.data.karpathy import KarpathySplits, load_karpathy
 from edgecap.errors import EdgecapError
 from edgecap.io import (
-    atomic_path,
-    probe_writable,
     remove_orphans,
     write_json_atomic,
     write_text_atomic,
 )
 from edgecap.jsonio import read_json
-from edgecap.models.checkpoint import read_payload, save_checkpoint
+from edgecap.models.checkpoint import read_payload, save_checkpoint, save_payload
 from edgecap.models.factory import build_from_config
 from edgecap.progress import bar_wanted, progress_bar
-from edgecap.train.config import TrainConfig, parse_config, to_toml
+from edgecap.train.config import TrainConfig, to_toml
+from edgecap.train.hook import HookRun, run_hooks
 from edgecap.train.metrics_log import MetricsLog, plot_curves
 from edgecap.train.overrides import load_config
 from edgecap.train.process import (
@@ -74,28 +72,19 @@ from edgecap.train.process import (
     seed_everything,
     set_rng_state,
 )
-from edgecap.train.retrieval import (
-    TrainingRetrieval,
-    freeze_visual,
-    load_visual,
-    needs_retrieval,
-    prepare_index,
+from edgecap.train.run_dir import (
+    RUN_FILES,
+    STATE_VERSION,
+    check_run_dir,
+    last_is_behind,
+    stored_config,
 )
 from edgecap.train.schedules import Constant, make_optimizer, set_lr, xe_schedule
 from edgecap.train.scst import SCST, reward_scorer
 from edgecap.train.xe import CaptionTrainModule, xe_step
 
-STATE_VERSION = 2  # 2: the state file carries the weights, so one rename commits a save
-READABLE_STATE_VERSIONS = (1, 2)
-# the files a run writes into --out (the module docstring describes each); its data/ and
-# index/ directories are guarded by their own kinds (edgecap.io), like any --out of theirs
-RUN_FILES = ("config.toml", "vocab.json", "metrics.jsonl", "curves.png", "last.pt", "last.state.pt", "best.pt",
-             "best_xe.pt", "summary.json", "test_captions.json", "averaged.pt", "epochs")
 PHASES = ("xe", "scst")
-RANK_AVERAGED = ("loss", "reward", "baseline")
-RESUME_FREE = frozenset({"run.out", "run.device", "run.threads"})  # where and how fast, not what
-# how long the phases run may change on resume (extend a finished run, stop one earlier)
-PHASE_LENGTHS = frozenset({"schedule.epochs", "schedule.patience", "scst.epochs", "scst.patience"})  # under DDP, logged as the mean over every rank
+RANK_AVERAGED = ("loss", "reward", "baseline")  # under DDP, logged as the mean over every rank
 
 
 # -- run state -----------------------------------------------------------------------------
@@ -162,7 +151,7 @@ class Trainer:
         self.out = Path(out or cfg.run.out or Path("runs") / Path(cfg.source or "run").stem)
         self.resume, self.max_steps, self.progress = resume, max_steps, progress
         self.test = test  # score the test split with best.pt once the run is done
-        self.restarted = False  # set when --out holds a same-config run that never saved
+        self.restarted = False  # set when --out holds a same-config run that never saved (setup)
         self._lengths_changed = None  # --resume with other phase lengths: the first one changed
         want = device or cfg.run.device
         if want == "auto":
@@ -182,63 +171,61 @@ class Trainer:
 
     # -- setup -----------------------------------------------------------------------------
 
-    def _check_run_dir(self) -> None:
-        if self.out.exists() and not self.out.is_dir():
-            raise EdgecapError(f"--out {self.out} exists and is not a directory; name a run directory")
-        if not self.resume:
-            probe_writable(self.out)  # a parent that is a file, a read-only place: one line, before the data
-        last, state = self.out / "last.pt", self.out / "last.state.pt"
-        if self.resume:
-            if not state.is_file():
-                raise EdgecapError(f"--resume: {self.out} has no last.pt / last.state.pt to resume from")
-            self._saved = self._read_state()
-            self.started_in = self._saved["meta"].get("train_cwd") or self.started_in
-            stored = self.out / "config.toml"
-            if stored.is_file():
-                old = parse_config(_toml(stored), source=str(stored))
-                diff = _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE | PHASE_LENGTHS)
-                if diff:
-                    raise EdgecapError(
-                        f"--resume: the config differs from the run's {stored} at {diff}; resume with --config {shlex.quote(str(stored))} "
-                        f"(it includes any --set / --data changes the run started with; only "
-                        f"{', '.join(sorted(PHASE_LENGTHS))} may change on resume)"
-                    )
-                self._lengths_changed = _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE)
-        elif last.is_file() or state.is_file():
-            raise EdgecapError(
-                f"run directory {self.out} already holds a run (last.pt); pass --resume to continue it or choose another --out"
-            )
-        else:
-            self._check_fresh_out()
-
-    def _check_fresh_out(self) -> None:
-        """A new run may share --out with anything but files it would overwrite. Those are
-        accepted only as the leftovers of a run of this same config that never saved (its
-        config.toml is this one): nothing of the user's is overwritten."""
-        present = sorted(n for n in RUN_FILES if (self.out / n).exists())
-        if not present:
-            return
-        stored = self.out / "config.toml"
-        same = False
-        if stored.is_file():
-            try:
-                old = parse_config(_toml(stored), source=str(stored))
-                same = not _first_difference(old.to_dict(), self.written.to_dict(), ignore=RESUME_FREE)
-            except EdgecapError:
-                same = False
-        if not same:
-            raise EdgecapError(f"--out {self.out} already holds {', '.join(present)}, which this run would "
-                               f"overwrite, and they are not from an earlier run of this config; choose another --out")
-        self.restarted = True
-
     def setup(self) -> None:
-        self._check_run_dir()
+        found = check_run_dir(self.out, self.resume, self.written)
+        self._saved, self.restarted, self._lengths_changed = found.saved, found.restarted, found.lengths_changed
+        self.started_in = found.started_in or self.started_in
         if self.is_main:
             for name in RUN_FILES:  # the work folders of writes a kill interrupted
                 remove_orphans(self.out / name)
         cfg = self.cfg = self.written.with_paths_from(self.started_in)
         karpathy, images, features = prepare_data(cfg, self.out, self.progress and self.is_main)
-        self.karpathy, self.data_files = karpathy, (images, features)
+        self.data_files = (images, features)
+        self._read_splits(karpathy, images)
+        self._build_model()
+        takes_images = bool(getattr(self.model.visual, "takes_images", False))
+        source = self._source(images, features, takes_images)
+        if self.is_main:  # every check passed: only now does the run directory get the run's files
+            self.out.mkdir(parents=True, exist_ok=True)
+            if not self.resume:
+                write_text_atomic(self.out / "config.toml", cfg.text or to_toml(cfg.to_dict()))
+            if not (self.resume and (self.out / "vocab.json").is_file()):
+                write_json_atomic(self.out / "vocab.json", self.vocab.to_dict())
+        barrier()
+        run = HookRun(self.model, cfg, self.out, self.vocab, self.splits, images if takes_images else None,
+                      None if takes_images else features, self.is_main, self.progress)
+        for hook in self.hooks:  # e.g. RA-T's index, PMA's banks: after the checks, before the data loaders
+            hook.setup(run)
+        d = cfg.data
+        self.train_set = CaptionDataset(self.splits.train, source, self.vocab, self.model_cfg.max_len, cfg.run.seed,
+                                        augment=d.augment != "none",
+                                        extra=self.hooks.for_item if self.hooks.inputs else None)
+        self.val_images = self.splits.val[: d.val_images] if d.val_images else self.splits.val
+        self.eval_source = source
+        if takes_images and d.augment != "none":
+            self.eval_source = ImageSource(images, self.model_cfg.visual, "none", 0, d.cache_images)
+        self.train_refs = [im.caption_strings() for im in self.splits.train]
+        self.module = CaptionTrainModule(self.model, frozen_visual=self.hooks.freezes_visual)
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.module = DistributedDataParallel(self.module, device_ids=ids)
+        self.metrics = MetricsLog(self.out / "metrics.jsonl", self.is_main)
+        if self.restarted:  # an earlier run of this config died before saving: start its log afresh
+            self.metrics.truncate_after(-1)
+        self.state = RunState(phase=self.cfg.phases()[0])
+        self.optimizer = None
+        self._pending_optimizer_state = None
+        if self.resume:
+            self._load_last()
+        else:
+            seed_everything(cfg.run.seed + self.rank)  # dropout masks differ between ranks
+
+    def _read_splits(self, karpathy: Path, images: Path | None) -> None:
+        """The splits and the vocabulary (the run's, the --init-from checkpoint's, or built)."""
+        cfg = self.cfg
+        self.karpathy = karpathy
         self.splits: KarpathySplits = load_karpathy(karpathy, images, splits=("train", "val", "test") if self.test
                                                     else ("train", "val"))
         if self.test and not self.splits.test:
@@ -255,13 +242,16 @@ class Trainer:
             self.vocab = Vocab.from_dict(self._init["vocab"], where=f"--init-from {cfg.run.init_from}")
         else:
             self.vocab = Vocab.build((c for im in self.splits.train for c in im.captions), cfg.data.min_count)
-        v = self.vocab
+
+    def _build_model(self) -> None:
+        """The model (seeded alike on every rank, --init-from's weights) and its training hooks."""
+        cfg, v = self.cfg, self.vocab
         self.model_cfg = cfg.model_config(len(v), {"pad": v.pad_id, "bos": v.bos_id, "eos": v.eos_id, "unk": v.unk_id})
         vc = self.model_cfg.visual
         if vc.weights and not vc.weights_sha256:  # the checkpoint names the exact weights it froze
-            from edgecap.models.pretrained import sha256_file
+            from edgecap.models.pretrained import sha256_file, weights_file
 
-            self.model_cfg = self.model_cfg.replace(**{"visual.weights_sha256": sha256_file(vc.weights)})
+            self.model_cfg = self.model_cfg.replace(**{"visual.weights_sha256": sha256_file(weights_file(vc.weights))})
         self.features_provenance = cfg.features_provenance()
         seed_everything(cfg.run.seed)  # identical initial weights on every rank
         self.model = build_from_config(self.model_cfg).to(self.device)
@@ -271,70 +261,21 @@ class Trainer:
             if p.numel() == 0:
                 # e.g. M = 0 memory slots: nothing to learn, and DDP would wait for its gradient.
                 p.requires_grad_(False)
-        extra_names = tuple(getattr(self.model, "encode_extra_names", ()))
-        if extra_names and (not needs_retrieval(self.model) or len(extra_names) > 1):
-            raise EdgecapError(
-                f"preset {cfg.preset!r} needs extra encoder inputs {list(extra_names)}; edgecap train "
-                f"provides only memory_tokens (retrieved captions)"
-            )
-        takes_images = bool(getattr(self.model.visual, "takes_images", False))
+        self.hooks = run_hooks(self.model_cfg, cfg, self.model)
+
+    def _source(self, images: Path | None, features: Path | None, takes_images: bool):
+        """Where the model's inputs come from: the images, or the features file (checked)."""
+        kind, d = self.model_cfg.visual.kind, self.cfg.data
         if takes_images and images is None:
-            raise EdgecapError(
-                f"model visual front end {self.model_cfg.visual.kind!r} reads images; set [data].images, not features"
-            )
+            raise EdgecapError(f"model visual front end {kind!r} reads images; set [data].images, not features")
         if not takes_images and features is None:
-            raise EdgecapError(
-                f"model visual front end {self.model_cfg.visual.kind!r} reads precomputed features; "
-                f"set [data].features (HDF5) or use visual.kind = \"cnn\" with images"
-            )
-        d = cfg.data
+            raise EdgecapError(f"model visual front end {kind!r} reads precomputed features; set [data].features "
+                               f"(HDF5) or use visual.kind = \"cnn\" with images")
         if takes_images:
-            source = ImageSource(images, self.model_cfg.visual, d.augment, d.shift_pixels, d.cache_images)
-        else:
-            source = FeatureSource(features, self.model_cfg.n_regions, self.model_cfg.d_in)
-            source.check(self.splits.train + self.splits.val + self.splits.test)
-        if self.is_main:  # every check passed: only now does the run directory get the run's files
-            self.out.mkdir(parents=True, exist_ok=True)
-            if not self.resume:
-                write_text_atomic(self.out / "config.toml", cfg.text or to_toml(cfg.to_dict()))
-            if not (self.resume and vocab_path.is_file()):
-                write_json_atomic(vocab_path, self.vocab.to_dict())
-        barrier()
-        self.retrieval = None
-        if needs_retrieval(self.model):
-            self._setup_retrieval(images if takes_images else None, None if takes_images else features)
-        max_len = self.model_cfg.max_len
-        self.train_set = CaptionDataset(self.splits.train, source, v, max_len, cfg.run.seed,
-                                        augment=d.augment != "none", extra=self.retrieval)
-        self.val_images = self.splits.val[: d.val_images] if d.val_images else self.splits.val
-        self.eval_source = source
-        if takes_images and d.augment != "none":
-            self.eval_source = ImageSource(images, self.model_cfg.visual, "none", 0, d.cache_images)
-        self.train_refs = [im.caption_strings() for im in self.splits.train]
-
-        self.memory = None
-        if self.model_cfg.decoder_self_attention == "prototype":
-            from edgecap.train.prototypes import PrototypeMemory
-
-            kwargs = {"seed": cfg.run.seed, **cfg.prototypes}
-            self.memory = PrototypeMemory(self.model, **kwargs)
-
-        self.module = CaptionTrainModule(self.model, frozen_visual=self.retrieval is not None)
-        if self.world > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.module = DistributedDataParallel(self.module, device_ids=ids)
-        self.metrics = MetricsLog(self.out / "metrics.jsonl", self.is_main)
-        if self.restarted:  # an earlier run of this config died before saving: start its log afresh
-            self.metrics.truncate_after(-1)
-        self.state = RunState(phase=self.phases()[0])
-        self.optimizer = None
-        self._pending_optimizer_state = None
-        if self.resume:
-            self._load_last()
-        else:
-            seed_everything(cfg.run.seed + self.rank)  # dropout masks differ between ranks
+            return ImageSource(images, self.model_cfg.visual, d.augment, d.shift_pixels, d.cache_images)
+        source = FeatureSource(features, self.model_cfg.n_regions, self.model_cfg.d_in)
+        source.check(self.splits.train + self.splits.val + self.splits.test)
+        return source
 
     def _init_weights(self, path: str) -> None:
         """--init-from: a new run (e.g. SCST only) starts from a trained checkpoint's weights."""
@@ -346,29 +287,8 @@ class Trainer:
                       f"its model is not the one [model] of this config builds (preset {self.cfg.preset!r})")
         self.model.load_state_dict(weights)
 
-    def _setup_retrieval(self, images: Path | None, features: Path | None) -> None:
-        """RA-T: freeze the visual front end (from [retrieval].visual_from, else as initialised),
-        build or reuse the run's index, and record it in the model config for export."""
-        r = self.cfg.retrieval
-        if r.visual_from:
-            load_visual(self.model, r.visual_from)
-        freeze_visual(self.model)
-        path = prepare_index(self.model, self.cfg, self.splits.train, self.out, images, features,
-                             self.is_main, barrier, self.progress and self.is_main)
-        self.model.cfg.retrieval.index = str(path)  # saved with every checkpoint: export copies it
-        self.retrieval = TrainingRetrieval(path, self.vocab, self.model.cfg)
-
-    def phases(self) -> list[str]:
-        return [p for p, n in (("xe", self.cfg.schedule.epochs), ("scst", self.cfg.scst.epochs)) if n > 0]
-
-    def _phase_epochs(self, phase: str) -> int:
-        return self.cfg.schedule.epochs if phase == "xe" else self.cfg.scst.epochs
-
-    def _patience(self, phase: str) -> int:
-        return self.cfg.schedule.patience if phase == "xe" else self.cfg.scst.patience
-
     def _out_of_patience(self, phase: str) -> bool:
-        patience = self._patience(phase)
+        patience = self.cfg.patience(phase)
         return patience > 0 and self.state.since_best >= patience
 
     def _end_of_phase(self, phase: str) -> None:
@@ -381,16 +301,13 @@ class Trainer:
             self.metrics.write(line)
         if self.is_main and self.progress and reason == "patience":
             print(f"{phase}: validation CIDEr-D has not improved for {s.since_best} epoch{'s' * (s.since_best != 1)} (patience "
-                  f"{self._patience(phase)}); best epoch {s.phase_best_epoch} ({s.phase_best:.3f})",
+                  f"{self.cfg.patience(phase)}); best epoch {s.phase_best_epoch} ({s.phase_best:.3f})",
                   file=sys.stderr, flush=True)
 
     def _logged(self, line: dict) -> bool:
         """Whether metrics.jsonl already holds `line`: written at the step of the last save,
         before a kill or a stop, it survives the resume's truncation and is not written twice."""
         return self.is_main and line in self.metrics.records()
-
-    def _batch_size(self, phase: str) -> int:
-        return (self.cfg.scst.batch_size or self.cfg.data.batch_size) if phase == "scst" else self.cfg.data.batch_size
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -424,38 +341,16 @@ class Trainer:
                 "state": asdict(self.state),
                 "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
                 "rng": states,
-                "memory": self.memory.state_dict() if self.memory is not None else None,
+                **{hook.state_key: hook.state_dict() for hook in self.hooks if hook.state_key},
                 "weights": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
                 "meta": meta,
             }
             # The save commits with the one rename of last.state.pt, which carries the weights
             # too: a kill at any instant leaves either the previous complete save or this one.
             # last.pt (the checkpoint users load) follows; a kill before it is made good on resume.
-            with atomic_path(self.out / "last.state.pt", suffix=".pt") as tmp:
-                torch.save(payload, tmp)
+            save_payload(payload, self.out / "last.state.pt")
             save_checkpoint(self.out / "last.pt", self.model, self.vocab, meta)
         barrier()
-
-    def _read_state(self) -> dict:
-        path = self.out / "last.state.pt"
-        try:
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise EdgecapError(f"{path}: unreadable training state ({exc})") from exc
-        if not isinstance(saved, dict) or saved.get("version") not in READABLE_STATE_VERSIONS:
-            version = saved.get("version") if isinstance(saved, dict) else None
-            raise EdgecapError(f"{path}: version {version!r}, expected one of "
-                               f"{', '.join(map(str, READABLE_STATE_VERSIONS))}")
-        if saved["version"] == 1:  # weights in last.pt only: the two files must be of one save
-            last = self.out / "last.pt"
-            payload = read_payload(last)
-            if payload.get("meta", {}).get("step") != saved["state"]["step"]:
-                raise EdgecapError(
-                    f"--resume: {last} is at step {payload.get('meta', {}).get('step')} but last.state.pt at "
-                    f"step {saved['state']['step']} (a save was interrupted); cannot resume exactly"
-                )
-            saved["weights"], saved["meta"] = payload["state_dict"], payload.get("meta", {})
-        return saved
 
     def _load_last(self) -> None:
         saved, self._saved = self._saved, None
@@ -463,8 +358,9 @@ class Trainer:
         self.state = RunState(**saved["state"])
         if len(saved["rng"]) != self.world:
             raise EdgecapError(f"--resume: the run used {len(saved['rng'])} processes, this one has {self.world}")
-        if self.memory is not None and saved.get("memory") is not None:
-            self.memory.load_state_dict(saved["memory"])
+        for hook in self.hooks:
+            if hook.state_key and saved.get(hook.state_key) is not None:
+                hook.load_state_dict(saved[hook.state_key])
         self._pending_optimizer_state = saved.get("optimizer")
         self.metrics.truncate_after(self.state.step)
         self._repair_last(saved["meta"])
@@ -477,7 +373,7 @@ class Trainer:
         them (a finished run too, when they leave it more to do); XE's may not change once SCST
         has started. config.toml then holds the changed config, which later resumes compare with."""
         s, stored = self.state, self.out / "config.toml"
-        old = parse_config(_toml(stored), source=str(stored))
+        old = stored_config(stored)
         xe_changed = (old.schedule.epochs, old.schedule.patience) != (self.cfg.schedule.epochs, self.cfg.schedule.patience)
         if s.phase == "scst" and self.cfg.scst.epochs == 0:
             raise EdgecapError("--resume: the run is in SCST; [scst].epochs = 0 would take it back to XE "
@@ -497,11 +393,7 @@ class Trainer:
         if not self.is_main:
             return
         last = self.out / "last.pt"
-        try:
-            behind = read_payload(last).get("meta", {}).get("step") != self.state.step
-        except EdgecapError:
-            behind = True
-        if behind:
+        if last_is_behind(self.out, self.state.step):
             save_checkpoint(last, self.model, self.vocab, meta)
             print(f"edgecap: {last} was not written by the last save (interrupted); written again from "
                   f"last.state.pt (step {self.state.step})", file=sys.stderr, flush=True)
@@ -561,7 +453,7 @@ class Trainer:
         if self._pending_optimizer_state is not None:
             self.optimizer.load_state_dict(self._pending_optimizer_state)
             self._pending_optimizer_state = None
-        self.sampler = EpochBatchSampler(len(self.train_set), self._batch_size(phase), seed=self.cfg.run.seed,
+        self.sampler = EpochBatchSampler(len(self.train_set), self.cfg.batch_size(phase), seed=self.cfg.run.seed,
                                          rank=self.rank, world=self.world, shuffle=True)
         self.loader = torch.utils.data.DataLoader(
             self.train_set, batch_sampler=self.sampler, num_workers=cfg.data.num_workers,
@@ -580,9 +472,9 @@ class Trainer:
         batch = batch.to(self.device)
         record = {"lr": lr}
         if s.phase == "xe":
-            loss = xe_step(self.module, batch, self.vocab.pad_id, self.memory)
+            loss = xe_step(self.module, batch, self.vocab.pad_id, self.hooks)
         else:
-            loss, stats = self.scst.loss(self.module, batch, self.memory)
+            loss, stats = self.scst.loss(self.module, batch, self.hooks)
             record.update(reward=stats.reward, baseline=stats.baseline,
                           reward_seconds=stats.reward_seconds, search_seconds=stats.search_seconds)
         self.optimizer.zero_grad(set_to_none=True)
@@ -591,10 +483,10 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
         record["loss"] = float(loss.detach())
-        if self.memory is not None:
-            refresh = self.memory.after_step(s.step)
-            if refresh is not None:
-                self.metrics.write({"kind": "prototypes", "step": s.step, **refresh})
+        for hook in self.hooks:
+            line = hook.after_step(s.step)
+            if line is not None:
+                self.metrics.write({"kind": hook.name, "step": s.step, **line})
         return record
 
     def _accumulate(self, record: dict, seconds: float) -> None:
@@ -631,7 +523,7 @@ class Trainer:
         """Into a log file (no terminal, so no bar): one plain line per metrics line."""
         s = self.state
         per_epoch = self.sampler.batches_per_epoch()
-        parts = [f"{s.phase} epoch {s.epoch + (1 if s.batch else 0)}/{self._phase_epochs(s.phase)}",
+        parts = [f"{s.phase} epoch {s.epoch + (1 if s.batch else 0)}/{self.cfg.phase_epochs(s.phase)}",
                  f"step {s.step} (batch {s.batch or per_epoch}/{per_epoch})", f"loss {line['loss']:.4f}"]
         if "reward" in line:
             parts.append(f"reward {line['reward']:.4f}")
@@ -651,7 +543,7 @@ class Trainer:
         items = self.val_images if items is None else items
         options = DecodeOptions(beam_size=self.cfg.run.val_beam, max_len=self.model_cfg.max_len)
         captions = caption_images(self.model, self.vocab, self.eval_source, items, options,
-                                  self.cfg.data.val_batch_size, self.device, self.retrieval)
+                                  self.cfg.data.val_batch_size, self.device, self.hooks)
         return ciderd(items, captions), captions
 
     def _end_epoch(self) -> None:
@@ -668,7 +560,7 @@ class Trainer:
                 s.since_best += 1
             self.metrics.write({"kind": "val", "phase": s.phase, "step": s.step, "epoch": s.epoch,
                                 "cider_d": score, "beam": self.cfg.run.val_beam, "best_epoch": s.phase_best_epoch,
-                                "since_best": s.since_best, "patience": self._patience(s.phase),
+                                "since_best": s.since_best, "patience": self.cfg.patience(s.phase),
                                 "samples": captions[:n]})
             if score > s.best:
                 s.best = score
@@ -707,7 +599,7 @@ class Trainer:
                 from edgecap.train.startup import announce
 
                 announce(self)
-                phases = self.phases()
+                phases = self.cfg.phases()
                 start = phases.index(self.state.phase) if self.state.phase in phases else 0
                 for phase in phases[start:]:
                     self._enter_phase(phase)
@@ -723,8 +615,7 @@ class Trainer:
         finally:
             if self.bar is not None:
                 self.bar.close()
-            if self.memory is not None:
-                self.memory.detach()
+            self.hooks.close()
         summary = self.summary(stopped)
         if self.is_main:
             write_json_atomic(self.out / "summary.json", summary)
@@ -735,7 +626,7 @@ class Trainer:
     def _run_phase(self, phase: str) -> bool:
         """Train the remaining epochs of `phase`; True when --max-steps stopped the run."""
         s = self.state
-        epochs = self._phase_epochs(phase)
+        epochs = self.cfg.phase_epochs(phase)
         per_epoch = self.sampler.batches_per_epoch()
         self.bar = progress_bar(total=epochs * per_epoch, initial=s.epoch * per_epoch + s.batch, desc=phase,
                                 unit="step", quiet=not (self.progress and self.is_main))
@@ -849,27 +740,6 @@ class Trainer:
 
 
 # -- config helpers ------------------------------------------------------------------------
-
-def _toml(path: Path) -> dict:
-    from edgecap.jsonio import read_toml
-
-    return read_toml(path)
-
-
-def _first_difference(a, b, prefix: str = "", ignore=frozenset()) -> str | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            name = f"{prefix}.{key}" if prefix else key
-            if name in ignore:
-                continue
-            diff = _first_difference(a.get(key), b.get(key), name, ignore)
-            if diff:
-                return diff
-        return None
-    if a != b:
-        return f"{prefix} ({a!r} -> {b!r})"
-    return None
-
 
 def train(config: str | os.PathLike | TrainConfig, **kwargs) -> dict:
     """Run a training config (path or TrainConfig); keyword arguments as `Trainer`."""

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from edgecap.errors import require
-from edgecap.io import write_text_atomic
+from edgecap.io import append_whole, write_text_atomic
 from edgecap.jsonio import read_bytes, read_objects
 
 
@@ -17,8 +17,8 @@ class MetricsLog:
     def write(self, record: dict) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
+        with open(self.path, "ab", buffering=0) as fh:  # a whole line or none (a full disk): append_whole
+            append_whole(fh, (json.dumps(record) + "\n").encode("utf-8"), self.path)
 
     def records(self) -> list[dict]:
         if not self.path.is_file():

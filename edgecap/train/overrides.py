@@ -4,7 +4,7 @@
     edgecap train --config configs/demo-tabletop.toml --data data/my-tabletop --set model.memory.slots=8
 
 Keys are dotted paths of the config schema (`model.*` are CaptionerConfig fields, nested ones
-such as `model.visual.image_size` included; `prototypes.*` the PrototypeMemory options). Each
+such as `model.visual.image_size` included; `prototypes.*`, `retrieval.*` a training hook's section). Each
 value is read as the type of the field it sets: integers, numbers, true / false, strings as
 written (quotes optional), lists as `[a, b]` or `a,b`. An unknown key or a value of the wrong
 type is a one-line error naming the --set it came from. The changed config is what the run
@@ -14,7 +14,6 @@ directory's config.toml records, so `--resume` compares against it.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import shlex
 import sys
@@ -34,24 +33,18 @@ UNTYPED = object()  # a field whose default does not tell its type (e.g. None)
 
 
 def _section_classes() -> dict[str, type]:
+    """Every section but [model]: the trainer's own, then each training hook's."""
     from edgecap.train.config import (
         DataSection,
         OptimSection,
-        RetrievalSection,
         RunSection,
         ScheduleSection,
         SCSTSection,
+        hook_sections_classes,
     )
 
     return {"data": DataSection, "optim": OptimSection, "schedule": ScheduleSection, "scst": SCSTSection,
-            "retrieval": RetrievalSection, "run": RunSection}
-
-
-def _prototype_defaults() -> dict[str, Any]:
-    from edgecap.train.prototypes import PrototypeMemory
-
-    params = inspect.signature(PrototypeMemory.__init__).parameters
-    return {n: (p.default if p.default is not None else UNTYPED) for n, p in params.items() if n not in ("self", "model")}
+            "run": RunSection, **hook_sections_classes()}
 
 
 def _fields(node) -> dict[str, Any]:
@@ -65,21 +58,22 @@ def _fields(node) -> dict[str, Any]:
 def schema_default(key: str, where: str):
     """The default of the config field `key` names (its type checks the new value)."""
     from edgecap.models.config import CaptionerConfig
-    from edgecap.train.config import SECTIONS, SynthSection
+    from edgecap.train.config import SynthSection, section_names
 
     parts = key.split(".")
     if len(parts) < 2 or not all(parts):
         raise EdgecapError(f"{where}: expected section.key=value, e.g. schedule.epochs=3")
-    section = parts[0]
-    if section not in SECTIONS:
-        raise EdgecapError(f"{where}: unknown section {section!r}{did_you_mean(section, SECTIONS)}; "
-                           f"sections: {', '.join(SECTIONS)}")
+    section, sections = parts[0], section_names()
+    if section not in sections:
+        raise EdgecapError(f"{where}: unknown section {section!r}{did_you_mean(section, sections)}; "
+                           f"sections: {', '.join(sections)}")
     if section == "model" and parts[1] == "preset" and len(parts) == 2:
         return ""
-    if section == "prototypes":
-        table: dict[str, Any] = _prototype_defaults()
-    elif section == "model":
-        table = _fields(CaptionerConfig())
+    table: dict[str, Any]
+    if section == "model":
+        model = CaptionerConfig()
+        table = {**_fields(model), **model.sections}  # each variant's section is a table of its own
+        table.pop("sections")
         table.pop("vocab_size")  # set from the training vocabulary
     else:
         table = _fields(_section_classes()[section]())
@@ -167,7 +161,7 @@ def apply_data_dir(data: dict, folder: str | Path) -> str | None:
     file of that name, else the folder's only .h5 / .hdf5 file. Replaces any [data.synth]
     world. -> the error to give when no features file was chosen and no later
     `--set data.features=FILE` names one (None when nothing is missing)."""
-    from edgecap.models import preset_config
+    from edgecap.models.factory import preset_config, takes_images
 
     folder = Path(folder)
     karpathy = folder / "dataset_coco.json"
@@ -181,7 +175,7 @@ def apply_data_dir(data: dict, folder: str | Path) -> str | None:
     if not isinstance(preset, str):
         raise EdgecapError("--data: the config's [model] needs preset = \"<name>\"")
     model.pop("vocab_size", None)
-    reads_features = preset_config(preset, **model).visual.kind == "features"
+    reads_features = not takes_images(preset_config(preset, **model).visual.kind)
     section = data.setdefault("data", {})
     named = section.get("features")
     for key in ("synth", "images", "features"):

@@ -67,6 +67,17 @@ def _gather_rows(rows: torch.Tensor) -> torch.Tensor:
     return torch.cat([p[:c] for p, c in zip(parts, counts, strict=True)])
 
 
+def check_settings(where: str = "prototypes", **settings) -> None:
+    """One-line errors for settings PrototypeMemory cannot run with (also checked when the
+    training config is read, before any data is prepared)."""
+    for name, value in settings.items():
+        if name == "use_gpu":
+            if value not in (None, True, False):
+                raise EdgecapError(f"{where}.use_gpu={value!r}: expected true, false or unset (auto)")
+        elif name != "seed" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise EdgecapError(f"{where}.{name}={value!r}: expected a positive integer")
+
+
 class PrototypeMemory:
     def __init__(
         self,
@@ -79,12 +90,8 @@ class PrototypeMemory:
         use_gpu: bool | None = None,
         kmeans_iterations: int = 25,
     ):
-        for name, value in (("bank_iterations", bank_iterations), ("stride", stride), ("topk", topk),
-                            ("max_bank", max_bank), ("kmeans_iterations", kmeans_iterations)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise EdgecapError(f"prototypes.{name}={value!r}: expected a positive integer")
-        if use_gpu not in (None, True, False):
-            raise EdgecapError(f"prototypes.use_gpu={use_gpu!r}: expected true, false or unset (auto)")
+        check_settings(bank_iterations=bank_iterations, stride=stride, topk=topk, max_bank=max_bank,
+                       kmeans_iterations=kmeans_iterations, use_gpu=use_gpu)
         self.layers = [m for m in model.modules() if isinstance(m, PrototypeAttention)]
         if not self.layers:
             raise EdgecapError(

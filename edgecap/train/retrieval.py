@@ -25,10 +25,6 @@ import torch
 from edgecap.errors import EdgecapError
 
 
-def needs_retrieval(model) -> bool:
-    return "memory_tokens" in tuple(getattr(model, "encode_extra_names", ()))
-
-
 def load_visual(model, checkpoint: str | Path) -> None:
     """Copy the visual front end of `checkpoint` into `model` (shapes must match)."""
     from edgecap.models.checkpoint import check_weights, read_payload
@@ -89,14 +85,13 @@ def build_index(model, train_items, out: Path, images: Path | None, features: Pa
     return index
 
 
-def prepare_index(model, cfg, train_items, out: Path, images: Path | None, features: Path | None,
+def prepare_index(model, r, seed: int, train_items, out: Path, images: Path | None, features: Path | None,
                   is_main: bool, barrier, progress: bool) -> Path:
-    """Reuse [retrieval].index or <run dir>/index (checked against the frozen front end), or
-    build the latter on rank 0; -> the index directory (absolute)."""
+    """Reuse [retrieval].index (`r`, the run's section) or <run dir>/index (checked against the
+    frozen front end), or build the latter on rank 0; -> the index directory (absolute)."""
     from edgecap.retrieval.command import visual_fingerprint
     from edgecap.retrieval.index import FILES, CaptionIndex
 
-    r = cfg.retrieval
     fingerprint = visual_fingerprint(model) if images is not None else None
     if r.index:
         path = Path(r.index).resolve()
@@ -104,7 +99,7 @@ def prepare_index(model, cfg, train_items, out: Path, images: Path | None, featu
         return path
     path = (out / "index").resolve()
     if is_main and not all((path / name).is_file() for name in FILES):
-        source = r.visual_from or f"initial weights of the run (seed {cfg.run.seed})"
+        source = r.visual_from or f"initial weights of the run (seed {seed})"
         build_index(model, train_items, path, images, features, r.kind, r.batch_size,
                     {"file": Path(source).name if r.visual_from else source}, progress)
     barrier()

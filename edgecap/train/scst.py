@@ -88,7 +88,7 @@ class SCST:
         _, scores = self.cider.score(cands, refs)
         return scores.reshape(b, k)
 
-    def loss(self, module: nn.Module, batch, memory=None) -> tuple[torch.Tensor, SCSTStats]:
+    def loss(self, module: nn.Module, batch, hooks=None) -> tuple[torch.Tensor, SCSTStats]:
         cfg = self.model.cfg
         t0 = time.perf_counter()
         hyps = self.search(batch.inputs, batch.mask, self.k, batch.extra)
@@ -111,8 +111,8 @@ class SCST:
         bos = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=device)
         dec_in = torch.cat([bos, seqs[:, :-1]], dim=1)
         owner = torch.arange(b, device=device).repeat_interleave(k)
-        if memory is not None:
-            memory.before_forward(valid)
+        if hooks is not None:  # the training hooks hear which positions the forward pass trains
+            hooks.before_forward(valid)
         logprobs = module(batch.inputs, batch.mask, dec_in, owner, *batch.extra)
         token_lp = logprobs.gather(-1, seqs.unsqueeze(-1)).squeeze(-1) * valid
         seq_lp = token_lp.sum(1) / steps  # M2: the mean over all max_len positions, zeros after EOS

@@ -38,9 +38,10 @@ def image_source(images: str | Path, model_cfg):
 
 @torch.no_grad()
 def caption_images(model, vocab, source, items: list[KarpathyImage], options: DecodeOptions, batch: int,
-                   device: torch.device | str = "cpu", retrieval=None,
+                   device: torch.device | str = "cpu", extra_inputs=None,
                    on_batch: Callable[[list[KarpathyImage], list[str]], None] | None = None) -> list[str]:
-    """The model's caption of every item, decoded `batch` images at a time."""
+    """The model's caption of every item, decoded `batch` images at a time; `extra_inputs`
+    (training hooks) feed the encoder's extra inputs (RA-T's retrieved captions)."""
     was_training = model.training
     model.eval()
     captions: list[str] = []
@@ -51,7 +52,7 @@ def caption_images(model, vocab, source, items: list[KarpathyImage], options: De
             inputs = torch.stack([x for x, _ in loaded]).to(device)
             mask = None if loaded[0][1] is None else torch.stack([m for _, m in loaded]).to(device)
             feats, fmask = model.visual(inputs, mask)
-            extra = retrieval.for_features(feats, fmask) if retrieval is not None else ()
+            extra = extra_inputs.for_features(feats, fmask) if extra_inputs is not None else ()
             hyps = generate(model, feats, fmask, options, extra=extra)
             got = [" ".join(vocab.decode(row)) for row in hyps.best()]
             captions += got

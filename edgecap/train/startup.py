@@ -64,7 +64,7 @@ def feature_similarity(trainer) -> float | None:
 def xe_steps(trainer) -> int:
     from edgecap.data.datasets import EpochBatchSampler
 
-    sampler = EpochBatchSampler(len(trainer.train_set), trainer._batch_size("xe"), rank=trainer.rank,
+    sampler = EpochBatchSampler(len(trainer.train_set), trainer.cfg.batch_size("xe"), rank=trainer.rank,
                                 world=trainer.world)
     return trainer.cfg.schedule.epochs * sampler.batches_per_epoch()
 
@@ -120,20 +120,28 @@ def summary_block(trainer) -> list[str]:
              f"on {trainer.device} x {trainer.world} process{'es' if trainer.world > 1 else ''}",
              f"  data: {trainer.karpathy}; {data}; train {len(splits.train)}, val {len(trainer.val_images)}"
              + (f", test {len(splits.test)}" if splits.test else "") + " images",
-             f"  vocabulary: {len(trainer.vocab)} words (min_count {cfg.data.min_count}); captions up to "
+             f"  vocabulary: {len(trainer.vocab)} words ({_vocabulary_origin(cfg)}); captions up to "
              f"{mc.max_len} tokens",
              f"  visual: {mc.visual.kind}{f' {mc.visual.backbone}' if mc.visual.backbone else ''} -> "
              f"{mc.n_regions} regions x {mc.d_in}"]
-    for phase in trainer.phases():
-        sampler = EpochBatchSampler(len(trainer.train_set), trainer._batch_size(phase), rank=trainer.rank,
+    for phase in trainer.cfg.phases():
+        sampler = EpochBatchSampler(len(trainer.train_set), trainer.cfg.batch_size(phase), rank=trainer.rank,
                                     world=trainer.world)
-        epochs, patience = trainer._phase_epochs(phase), trainer._patience(phase)
+        epochs, patience = trainer.cfg.phase_epochs(phase), trainer.cfg.patience(phase)
         until = f"until {patience} epochs without a better validation (at most {epochs})" if patience else \
             f"{epochs} epoch{'s' if epochs != 1 else ''}"
-        lines.append(f"  {phase}: {sampler.batches_per_epoch()} steps per epoch of {trainer._batch_size(phase)} "
+        lines.append(f"  {phase}: {sampler.batches_per_epoch()} steps per epoch of {trainer.cfg.batch_size(phase)} "
                      f"images per process, {until}")
     lines.append(f"  validation: {len(trainer.val_images)} images, beam {cfg.run.val_beam}, CIDEr-D selects best.pt")
     return lines
+
+
+def _vocabulary_origin(cfg) -> str:
+    """Where the run's words come from: [data].min_count over the training captions, or the
+    --init-from checkpoint (whose weights were trained on its own words: min_count plays no part)."""
+    if cfg.run.init_from:
+        return "the --init-from checkpoint's; [data].min_count does not apply"
+    return f"min_count {cfg.data.min_count}"
 
 
 def announce(trainer) -> None:

@@ -53,11 +53,12 @@ def xe_loss(logprobs: torch.Tensor, targets: torch.Tensor, pad_id: int) -> torch
     return F.nll_loss(logprobs.reshape(-1, logprobs.shape[-1]), targets.reshape(-1), ignore_index=pad_id)
 
 
-def xe_step(module: nn.Module, batch, pad_id: int, memory=None) -> torch.Tensor:
-    """Teacher-forced loss of a Batch: inputs tokens[:, :-1] predict tokens[:, 1:]."""
+def xe_step(module: nn.Module, batch, pad_id: int, hooks=None) -> torch.Tensor:
+    """Teacher-forced loss of a Batch: inputs tokens[:, :-1] predict tokens[:, 1:]. `hooks`
+    (edgecap.train.hook) hear which input positions the forward pass trains."""
     inputs, targets = batch.tokens[:, :-1], batch.tokens[:, 1:]
-    if memory is not None:
+    if hooks is not None:
         # Input positions that predict a real token: BOS and the words, not a trailing EOS.
-        memory.before_forward(targets != pad_id)
+        hooks.before_forward(targets != pad_id)
     logprobs = module(batch.inputs, batch.mask, inputs, batch.owner, *batch.extra)
     return xe_loss(logprobs, targets, pad_id)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from edgecap.contract.manifest import FrontEndInfo
 from edgecap.contract.preprocess import Preprocessing
 from edgecap.contract.state import CACHE_NEXT_SUFFIX, CACHE_OUT_SUFFIX
 from edgecap.models.registry import Registry
@@ -175,20 +176,20 @@ class ExportSpec:
             return None
         return Preprocessing.from_mapping(self.cfg.visual.preprocessing())
 
-    def frontend(self) -> dict:
-        """The manifest's `frontend` record for a real-size front end ({} for the others):
+    def frontend(self) -> FrontEndInfo | None:
+        """The manifest's `frontend` record for a real-size front end (None for the others):
         which backbone, which weights ("random" when seeded random), what its tokens are."""
         from edgecap.models.frontends import FrontEnd, provenance, weights_label
 
         visual = self.model.visual
         if not isinstance(visual, FrontEnd):
-            return {}
+            return None
         vc = self.cfg.visual
         made = provenance(vc, self.cfg.n_regions, self.cfg.d_in) if not vc.weights or vc.weights_sha256 else {}
-        return {"kind": vc.kind, "backbone": vc.backbone, "weights": weights_label(vc),
-                "weights_sha256": made.get("weights_sha256", ""), "tokens": type(visual).describe(vc.backbone),
-                "grid": self.cfg.n_regions, "width": self.cfg.d_in,
-                "parameters": sum(p.numel() for p in visual.parameters())}
+        return FrontEndInfo(kind=vc.kind, backbone=vc.backbone, weights=weights_label(vc),
+                            weights_sha256=made.get("weights_sha256", ""), tokens=type(visual).describe(vc.backbone),
+                            grid=self.cfg.n_regions, width=self.cfg.d_in,
+                            parameters=sum(p.numel() for p in visual.parameters()))
 
     def assets(self, root, vocab) -> dict | None:
         """Write extra files the runtime needs into the bundle directory `root`; -> the

@@ -173,6 +173,9 @@ class MultiHeadAttention(nn.Module):
     cross_state: tuple[StateTensor, ...] = ()
     # the export spec a model with this variant needs ("": its decoder's own)
     export_spec = ""
+    # the training hook (edgecap.train.hook) that gives this variant what it needs from the
+    # training loop beyond the core's steps ("": nothing)
+    training_hook = ""
 
     @classmethod
     def side_encoder(cls, cfg):

@@ -25,6 +25,7 @@ so incremental decoding equals the full prefix with static shapes.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -32,7 +33,17 @@ from torch import nn
 from edgecap.contract.state import cache_tensor
 from edgecap.errors import EdgecapError
 from edgecap.models.attention.base import MultiHeadAttention, slots_before
-from edgecap.models.registry import DECODER_SELF_ATTENTION, ENCODER_ATTENTION
+from edgecap.models.registry import CONFIG_SECTIONS, DECODER_SELF_ATTENTION, ENCODER_ATTENTION
+
+
+@CONFIG_SECTIONS.register("clustering")
+@dataclass
+class ClusteringConfig:
+    """ACF clustering attention: the encoder's 2-D grid and its down-up sampling rate."""
+
+    grid_w: int = 0  # grid width in tokens; 0 = square grid (sqrt of n_regions)
+    downsample: int = 2  # 1 = none; 2 = C on a 2x average-pooled grid, repeated back
+
 
 # Floor of C~ before the log: a weight of 1e-6 is negligible, and it stays representable
 # in fp16, so log C~ never becomes -inf.

@@ -9,12 +9,21 @@ unchanged (see docs/models.md).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from edgecap.models.attention.base import MultiHeadAttention
-from edgecap.models.registry import ENCODER_ATTENTION
+from edgecap.models.registry import CONFIG_SECTIONS, ENCODER_ATTENTION
+
+
+@CONFIG_SECTIONS.register("memory")
+@dataclass
+class MemoryConfig:
+    """Learnable memory slots in encoder self-attention (SMArT, M2)."""
+
+    slots: int = 40
 
 
 @ENCODER_ATTENTION.register("memory")

@@ -11,18 +11,30 @@ the buffers become constant initializers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from edgecap.models.attention.base import MultiHeadAttention
-from edgecap.models.registry import DECODER_SELF_ATTENTION
+from edgecap.models.registry import CONFIG_SECTIONS, DECODER_SELF_ATTENTION
 
 MEMORY_SEGMENT, INPUT_SEGMENT = 0, 1
 
 
+@CONFIG_SECTIONS.register("prototype")
+@dataclass
+class PrototypeConfig:
+    """PMA-Net prototype memory in decoder self-attention (buffers; filled during training)."""
+
+    count: int = 1024  # m prototype key/value vectors per layer
+    segment_embeddings: bool = True
+
+
 @DECODER_SELF_ATTENTION.register("prototype")
 class PrototypeAttention(MultiHeadAttention):
+    training_hook = "prototypes"  # fills the buffers during training (edgecap/train/hooks/prototypes.py)
+
     @classmethod
     def describe(cls, cfg) -> str:
         return f"{cfg.prototype.count} prototypes"

@@ -12,13 +12,25 @@ masked, and an image with no retrieved caption at all gets no memory term.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from edgecap.contract.state import cross_tensor
 from edgecap.models.attention.base import MultiHeadAttention, slots_before
 from edgecap.models.core import FeedForward, sinusoid_table
-from edgecap.models.registry import DECODER_SELF_ATTENTION
+from edgecap.models.registry import CONFIG_SECTIONS, DECODER_SELF_ATTENTION
+
+
+@CONFIG_SECTIONS.register("retrieval")
+@dataclass
+class RetrievalConfig:
+    """RA-Transformer: k retrieved captions per image, each padded to `length` tokens."""
+
+    k: int = 10
+    length: int = 20  # tokens per retrieved caption (BOS .. EOS, then padding)
+    index: str = ""  # the `edgecap index build` directory; export copies it into the bundle
 
 
 class MemoryEncoder(nn.Module):
@@ -84,6 +96,7 @@ class KnnAugmentedAttention(MultiHeadAttention):
 
     # per layer: memory keys [B, H, dh, M] and values [B, H, M, dh]; which of the M are captions [B, M]
     export_spec = "retrieval"  # the Transformer graphs plus the retrieval index and captions
+    training_hook = "retrieval"  # the run's index and retrieved captions (edgecap/train/hooks/retrieval.py)
     cross_state = (cross_tensor("side_k", 0, per_layer=True), cross_tensor("side_v", 0, per_layer=True),
                    cross_tensor("side_mask", 0))
 

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from edgecap.contract.manifest import RANDOM_WEIGHTS
 from edgecap.errors import EdgecapError, did_you_mean
 from edgecap.models.frontends.openclip_names import open_clip_names
 
 RANDOM_SEED = 0
-RANDOM = "random"  # what the manifest and HDF5 provenance say for seeded random weights
+RANDOM = RANDOM_WEIGHTS  # what the manifest and HDF5 provenance say for seeded random weights
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,11 @@ FRONT_ENDS: dict[str, FrontEndInfo] = {
         FrontEndInfo("resnet50", "torchvision", "layer4 feature map", 32, 2048),
         FrontEndInfo("mobilenet_v3_large", "torchvision", "last feature map (960-channel 1x1 conv)", 32, 960),
         FrontEndInfo("efficientnet_b0", "torchvision", "last feature map (1280-channel 1x1 conv)", 32, 1280),
+        FrontEndInfo("efficientnet_lite0", "efficientnet_lite", "last feature map (1280-channel 1x1 conv, ReLU6)",
+                     32, 1280),
     )
 }
-FRONT_END_KINDS = ("open_clip", "torchvision")
+FRONT_END_KINDS = ("open_clip", "torchvision", "efficientnet_lite")
 
 _SKELETON = contextvars.ContextVar("edgecap_frontend_skeleton", default=False)
 
@@ -212,6 +215,38 @@ class FrontEnd(nn.Module):
         return feats, torch.ones(feats.shape[:2], dtype=torch.bool, device=feats.device)
 
 
+class TableFrontEnd(FrontEnd):
+    """A CNN front end whose backbones are rows of FRONT_ENDS (torchvision's, EfficientNet-Lite):
+    size, grid and width from the table; the tokens are the last feature map's cells."""
+
+    label = ""  # how errors name the family ("torchvision")
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in FRONT_ENDS.values() if f.kind == cls.kind)
+
+    @classmethod
+    def check_name(cls, backbone: str) -> None:
+        names = cls.names()
+        if backbone not in names:
+            raise EdgecapError(f"unknown {cls.label} backbone {backbone!r}{did_you_mean(backbone, names)}; "
+                               f"valid: {', '.join(names)}")
+
+    @classmethod
+    def default_size(cls, backbone: str) -> int:
+        cls.check_name(backbone)
+        return FRONT_ENDS[backbone].size
+
+    @classmethod
+    def geometry(cls, backbone: str, size: int) -> tuple[int, int]:
+        cls.check_name(backbone)
+        info = FRONT_ENDS[backbone]
+        return require_multiple(backbone, size, info.stride), info.width
+
+    def tokens(self, images: torch.Tensor) -> torch.Tensor:
+        return self.backbone(images).flatten(2).transpose(1, 2)  # [B, C, h, w] -> [B, h*w, C]
+
+
 def _rounded(values) -> tuple:
     return tuple(round(float(v), 6) for v in values)
 
@@ -277,12 +312,13 @@ def provenance(vc, n_tokens: int, width: int) -> dict:
     from pathlib import Path
 
     from edgecap.io import sha256_file
+    from edgecap.models.pretrained import weights_file
 
     backbone = Path(vc.backbone).stem if vc.backbone.endswith(".json") else vc.backbone
     return {
         "kind": vc.kind,
         "backbone": backbone,
-        "weights_sha256": (vc.weights_sha256 or sha256_file(vc.weights)) if vc.weights else RANDOM,
+        "weights_sha256": (vc.weights_sha256 or sha256_file(weights_file(vc.weights))) if vc.weights else RANDOM,
         "preprocessing": vc.preprocessing(),
         "tokens": frontend_class(vc.kind).describe(vc.backbone),
         "n_regions": n_tokens,
@@ -292,6 +328,6 @@ def provenance(vc, n_tokens: int, width: int) -> dict:
 
 def weights_label(vc) -> str:
     """What the manifest says about a front end's weights: a file name, or "random"."""
-    from pathlib import Path
+    from edgecap.models.pretrained import weights_file
 
-    return Path(vc.weights).name if vc.weights else RANDOM
+    return weights_file(vc.weights).name if vc.weights else RANDOM

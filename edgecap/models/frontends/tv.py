@@ -14,32 +14,17 @@ mean/std), scaled to the chosen input size.
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from edgecap.contract.preprocess import Preprocessing
-from edgecap.errors import EdgecapError, did_you_mean, require
-from edgecap.models.frontends.base import (
-    FRONT_ENDS,
-    FrontEnd,
-    materialise,
-    require_multiple,
-    weights_to_load,
-)
-from edgecap.models.pretrained import check_fits, read_state_dict
+from edgecap.errors import require
+from edgecap.models.frontends.base import TableFrontEnd, materialise, weights_to_load
+from edgecap.models.pretrained import load_strict
 from edgecap.models.registry import VISUAL
-
-NAMES = tuple(f.name for f in FRONT_ENDS.values() if f.kind == "torchvision")
 
 
 def _torchvision():
     return require("torchvision", "train", "torchvision visual front ends")
-
-
-def _check_name(backbone: str) -> None:
-    if backbone not in NAMES:
-        raise EdgecapError(f"unknown torchvision backbone {backbone!r}{did_you_mean(backbone, NAMES)}; "
-                           f"valid: {', '.join(NAMES)}")
 
 
 def _trunk(name: str, model: nn.Module) -> nn.Module:
@@ -50,23 +35,13 @@ def _trunk(name: str, model: nn.Module) -> nn.Module:
 
 
 @VISUAL.register("torchvision")
-class TorchvisionFrontEnd(FrontEnd):
+class TorchvisionFrontEnd(TableFrontEnd):
     kind = "torchvision"
-
-    @classmethod
-    def default_size(cls, backbone: str) -> int:
-        _check_name(backbone)
-        return FRONT_ENDS[backbone].size
-
-    @classmethod
-    def geometry(cls, backbone: str, size: int) -> tuple[int, int]:
-        _check_name(backbone)
-        info = FRONT_ENDS[backbone]
-        return require_multiple(backbone, size, info.stride), info.width
+    label = "torchvision"
 
     @classmethod
     def recipe(cls, backbone: str, size: int) -> Preprocessing:
-        _check_name(backbone)
+        cls.check_name(backbone)
         tv = _torchvision()
         t = tv.models.get_model_weights(backbone).DEFAULT.transforms()
         crop, short = int(t.crop_size[0]), int(t.resize_size[0])
@@ -83,16 +58,6 @@ class TorchvisionFrontEnd(FrontEnd):
     def build_backbone(self, vc) -> nn.Module:
         tv = _torchvision()
         build = lambda: getattr(tv.models, vc.backbone)(weights=None)  # noqa: E731
-        load = None
         path = weights_to_load(vc, "torchvision weights")
-        if path is not None:
-
-            def load(model):
-                state = read_state_dict(path, "torchvision weights")
-                check_fits(model.state_dict(), state, path, vc.backbone, "torchvision weights")
-                model.load_state_dict(state, strict=True)
-
+        load = None if path is None else (lambda model: load_strict(model, path, vc.backbone, "torchvision weights"))
         return _trunk(vc.backbone, materialise(build, load, vc.image_size))
-
-    def tokens(self, images: torch.Tensor) -> torch.Tensor:
-        return self.backbone(images).flatten(2).transpose(1, 2)  # [B, C, h, w] -> [B, h*w, C]
