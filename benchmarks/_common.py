@@ -31,6 +31,29 @@ def timed(fn, repeats: int, warmup: int = 1) -> list[float]:
     return out
 
 
+class Breakdown:
+    """Seconds spent in each named part of decoding and the steps run, since `reset`: wrap a
+    part's calls with `wrap(part, fn)`; calls of the first part count the steps."""
+
+    def __init__(self, parts: tuple[str, ...]):
+        self.parts = parts
+        self.reset()
+
+    def reset(self):
+        self.seconds = dict.fromkeys(self.parts, 0.0)
+        self.steps = 0
+
+    def wrap(self, part: str, fn):
+        def timed_call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[part] += time.perf_counter() - start
+                self.steps += part == self.parts[0]
+        return timed_call
+
+
 def percentile(values, q: float) -> float:
     values = sorted(values)
     if not values:

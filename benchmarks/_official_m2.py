@@ -107,9 +107,10 @@ class OfficialM2Decoding:
         feats, enc_output, enc_masked = self.feats, self.enc_output, self.enc_masked
         d = cfg.d_model
         running = [(feats.new_zeros(b, 0, d), feats.new_zeros(b, 0, d)) for _ in model.layers]
-        self_masked = torch.zeros(b, 1, 1, 0, dtype=torch.bool)
-        positions = torch.zeros(b, 1, dtype=torch.long)
-        words = torch.full((b, 1), cfg.bos_id, dtype=torch.long)
+        device = feats.device  # the official code's tensors live where the features do (a GPU too)
+        self_masked = torch.zeros(b, 1, 1, 0, dtype=torch.bool, device=device)
+        positions = torch.zeros(b, 1, dtype=torch.long, device=device)
+        words = torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device)
         seq_logprob = feats.new_zeros(b, 1, 1)
         seq_mask = feats.new_ones(b, k, 1)
         outputs: list[torch.Tensor] = []

@@ -23,13 +23,12 @@ import importlib.util
 import os
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO, host_info, print_table, summary, timed, write_csv, write_json  # noqa: E402
+from _common import REPO, Breakdown, host_info, print_table, summary, timed, write_csv, write_json  # noqa: E402
 from _roofline import (  # noqa: E402
     matmul_throughput,
     memory_bandwidth,
@@ -46,9 +45,13 @@ VOCAB = Integer(8, 1_000_000)    # words of the timed models (above the special 
 
 ALL_MODELS = ("smart", "smart-nomem", "pma-edge", "m2", "transformer", "updown")
 EXTRA_MODELS = ("rat", "acf")
-COLORS = ("tab:pink", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")  # one per backend, every plot
-# onnxruntime-int8-wo: the bundle of `export --quantize weight-only` (the step's MatMulNBits), not in the default sweep
-ALL_BACKENDS = ("m2-official", "torch-nocache", "torch", "onnxruntime", "onnxruntime-int8", "tensorrt", "onnxruntime-int8-wo")
+COLORS = ("tab:pink", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+          "tab:olive")  # one per backend, every plot
+# onnxruntime-int8-wo: the bundle of `export --quantize weight-only` (the step's MatMulNBits), not in the default
+# sweep; onnxruntime-device: the fp32 bundle with its decoding state as onnxruntime tensors and the cache_update
+# graph (the GPU's path, Bundle.load(device_state=True)) on the CPU provider, beside the host path
+ALL_BACKENDS = ("m2-official", "torch-nocache", "torch", "onnxruntime", "onnxruntime-int8", "tensorrt",
+                "onnxruntime-int8-wo", "onnxruntime-device")
 # the references every other backend's speed-up is reported against, with their column names
 REFERENCES = {"m2-official": "official", "torch-nocache": "prefix re-run"}
 QUANTIZE = {"onnxruntime-int8": "dynamic", "onnxruntime-int8-wo": "weight-only"}
@@ -172,34 +175,13 @@ class RetrievalTimer:
         return timed(lambda: self.index.search(image_embeddings(f, m), self.k), repeats, warmup)
 
 
-class Breakdown:
-    """Seconds spent in each part of decoding (PARTS) and the steps run, since `reset`."""
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self):
-        self.seconds = dict.fromkeys(PARTS, 0.0)
-        self.steps = 0
-
-    def wrap(self, part: str, fn):
-        def timed_call(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.seconds[part] += time.perf_counter() - start
-                self.steps += part == "graph"
-        return timed_call
-
-
 class TorchRunner:
     def __init__(self, model, feats, mask, extra, beam, options, use_cache: bool):
         self.model, self.feats, self.mask, self.beam, self.options = model, feats, mask, beam, options
         self.extra = extra
         self.use_cache = use_cache
         self.cross = None
-        self.breakdown = Breakdown() if use_cache else None
+        self.breakdown = Breakdown(PARTS) if use_cache else None
 
     def encode(self):
         import torch
@@ -250,28 +232,28 @@ class BundleRunner:
         self.extra = tuple(e.numpy() for e in extra)
         self.cross = None
         self.stepper = None
-        self.breakdown = Breakdown()
+        self.breakdown = Breakdown(PARTS)
 
     def encode(self):
-        self.cross = self.bundle.encode(self.feats, self.mask, *self.extra)
+        self.cross = self.bundle.encode_for_decoding(self.feats, self.mask, *self.extra)
 
     def decode(self):
         from edgecap.contract.beam import beam_search
 
         b = self.bundle
         if self.stepper is None:
+            # the same three parts on either stepper (edgecap.runtime.steppers); on the device
+            # path `write` is the cache_update graph, which also reorders the beams
             self.stepper = b.stepper(self.cross, self.options.beam_size)
-            self.stepper.run = self.breakdown.wrap("graph", self.stepper.run)
-            for group in self.stepper.groups:
-                group.write = self.breakdown.wrap("write", group.write)
-            self.stepper.reorder = self.breakdown.wrap("reorder", self.stepper.reorder)
+            for method, part in (("run", "graph"), ("write", "write"), ("reorder", "reorder")):
+                setattr(self.stepper, method, self.breakdown.wrap(part, getattr(self.stepper, method)))
         else:
             self.stepper.reset(self.cross)
         return beam_search(self.stepper, b.batch_size, self.options, b.bos_id, b.eos_id, b.pad_id)
 
 
 def export_bundle(model, name, batch, beam, precision, engine, workdir: Path, threads, spin=True,
-                  quantize: str | None = None):
+                  quantize: str | None = None, device_state: bool | None = None):
     """Export the same weights as a bundle (int8: `quantize` as export's --quantize); returns
     (Bundle, None) or (None, reason)."""
     from edgecap.contract.vocab import Vocab
@@ -293,7 +275,7 @@ def export_bundle(model, name, batch, beam, precision, engine, workdir: Path, th
             settings = resolve_settings({"engine": engine, "batch": batch, "beam": beam, "precision": precision,
                                          "samples": 1, "out": str(out), **({"quantize": quantize} if quantize else {})})
             export(ckpt, settings, progress=False)
-        return Bundle.load(out, threads=threads, spin=spin), None
+        return Bundle.load(out, threads=threads, spin=spin, device_state=device_state), None
     except (EdgecapError, ImportError) as exc:
         return None, str(exc).splitlines()[0][:120]
 
@@ -321,7 +303,8 @@ def run_setting(s: Setting, model, args, workdir: Path, bound: dict, retrieval: 
             return {**row, "status": "skipped", "reason": "tensorrt is not installed (needs an NVIDIA GPU)"}
         precision = "int8" if s.backend in QUANTIZE else ("fp16" if engine == "trt" else "fp32")
         bundle, reason = export_bundle(model, s.model, s.batch, s.beam, precision, engine, workdir, args.threads,
-                                       spin=not args.no_spin, quantize=QUANTIZE.get(s.backend))
+                                       spin=not args.no_spin, quantize=QUANTIZE.get(s.backend),
+                                       device_state=True if s.backend == "onnxruntime-device" else None)
         if bundle is None:
             return {**row, "status": "skipped", "reason": reason}
         runner = BundleRunner(bundle, feats, mask, extra, options)

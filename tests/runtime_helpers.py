@@ -9,6 +9,8 @@ import time
 import numpy as np
 
 from edgecap.contract.beam import beam_search
+from edgecap.contract.manifest import DecodingDefaults
+from edgecap.contract.preprocess import Preprocessing
 from edgecap.runtime.sources import BadFrame, Captured, EndOfStream, Source, StreamLost, make_source
 
 WORDS = ["<pad>", "<bos>", "<eos>", "<unk>", "a", "red", "green", "blue", "cup", "bottle", "scene"]
@@ -43,14 +45,14 @@ class FakeBundle:
         self.batch_size, self.beam_size = batch_size, beam_size
         self.itos = WORDS
         self.bos_id, self.eos_id, self.pad_id, self.max_len = 1, 2, 0, 6
-        self.preprocessing = {"size": size, "resize": "bilinear", "mean": [0.5, 0.5, 0.5],
-                              "std": [0.25, 0.25, 0.25], "channel_order": "RGB"}
+        self.preprocessing = Preprocessing(size, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25), "bilinear", "RGB")
+        self.decoding = DecodingDefaults(beam_size, self.max_len)
         self.has_visual = True
         self.delay = delay
         self.seen_batches = []
 
     def visual(self, images):
-        assert images.shape == (self.batch_size, 3, self.preprocessing["size"], self.preprocessing["size"])
+        assert images.shape == (self.batch_size, 3, self.preprocessing.size, self.preprocessing.size)
         assert images.dtype == np.float32
         self.seen_batches.append(images.copy())
         if self.delay:
@@ -59,6 +61,8 @@ class FakeBundle:
 
     def encode(self, feats, mask):
         return (feats[:, 0].argmax(axis=1),)
+
+    encode_for_decoding = encode
 
     def decode(self, cross, options):
         assert options.beam_size <= self.beam_size

@@ -131,7 +131,7 @@ def test_ray_is_in_the_fleet_extra_only_and_make_test_installs_it():
     assert not [d for d in project["dependencies"] if d.startswith("ray")]
     extras = project["optional-dependencies"]
     assert [name for name, deps in extras.items() if any(d.startswith("ray") for d in deps)] == ["fleet"]
-    install = re.search(r'-e "\.\[([a-z0-9,-]+)\]"', (REPO / "Makefile").read_text())  # extras: trt-rtx
+    install = re.search(r'-e "\.\[([a-z0-9,-]+)\]"', (REPO / "Makefile").read_text())
     assert "fleet" in install.group(1).split(",")
 
 

@@ -44,7 +44,8 @@ def test_family_exports_static_graphs_and_passes_fp32_parity(bundles, name):
     assert parity.greedy_identical == 1.0 and parity.beam_identical == 1.0
     assert m.batch_size == BATCH and m.beam_size == BEAM
     roles = sorted(g.role for g in m.graphs)
-    assert roles == (["decoder_step", "encoder", "visual"] if name == "smart-cnn" else ["decoder_step", "encoder"])
+    assert roles == ["cache_update", "decoder_step", "encoder"] + (["visual"] if name == "smart-cnn" else [])
+    assert m.state.update == "cache_update"
     # static shapes everywhere, only TensorRT-parsable ops and dtypes (checked without a GPU)
     assert m.checks and all(c.tensorrt_compatible for c in m.checks.values()), m.checks
     rows = BATCH * BEAM

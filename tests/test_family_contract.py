@@ -64,14 +64,16 @@ def test_the_state_description_matches_the_tensors(name):
 @pytest.mark.parametrize("name", FAMILIES)
 def test_the_state_description_round_trips_through_the_manifest(name):
     model = tiny_model(name)
-    written = DecodingState.of(model.state, 2, model.encode_extra_names).to_dict()
+    written = DecodingState.of(model.state, 2, model.encode_extra_names, update="cache_update").to_dict()
     read = DecodingState.from_dict(json.loads(json.dumps(written)), "manifest.json.state")
     assert (read.cache, read.cross, read.layers) == (model.state.cache, model.state.cross, model.state.layers)
     assert read.encode_extra_names == tuple(model.encode_extra_names) and read.top_k == 2
-    # the graph names the exporter and the runtime derive from it: one per layer where per layer
+    assert read.update == "cache_update"
+    # the graph names the exporter and the runtime derive from it: one per layer where per layer;
+    # `cache_names` stays the model's names, as on the model's own description
     per_layer = [t.name for t in model.state.cache if t.per_layer]
     assert read.cache_graph_names[: model.state.layers] == [f"{per_layer[0]}.{i}" for i in range(model.state.layers)]
-    assert read.cache_names == model.state.cache_names  # the model's names, one per tensor
+    assert read.cache_names == model.state.cache_names and read.cross_names == model.state.cross_names
 
 
 @pytest.mark.parametrize("name", FAMILIES)

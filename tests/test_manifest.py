@@ -46,7 +46,7 @@ def test_valid_bundle_loads_with_its_fields(bundle_dir):
     b = Bundle.load(bundle_dir)
     assert (b.batch_size, b.beam_size, b.max_len) == (BATCH, BEAM, 8)
     assert b.itos[b.bos_id] == "<bos>" and b.itos[b.eos_id] == "<eos>" and b.pad_id == 0
-    assert not b.has_visual and b.preprocessing == {}
+    assert not b.has_visual and b.preprocessing is None
     assert b.manifest.model.family == "updown"
 
 

@@ -58,7 +58,7 @@ def test_runtime_preprocessing_equals_the_checkpoints_visual_config(tiny):
     ckpt, bundle = tiny
     vc = load_checkpoint(ckpt).config.visual
     captioner = Captioner.from_bundle(bundle)
-    assert (captioner.size, captioner._pp["resize"], captioner._pp["channel_order"]) == (16, "area", "BGR")
+    assert (captioner.size, captioner.preprocessing.resize, captioner.preprocessing.channel_order) == (16, "area", "BGR")
     for frame in _frames(2):
         runtime = captioner.preprocess_into([frame])[0]
         export_time = preprocess(frame, vc.image_size, vc.mean, vc.std, vc.resize, vc.channel_order)
@@ -335,7 +335,7 @@ def test_decoding_reuses_its_buffers_across_frames_without_leaking_state(tiny):
 
     _, bundle_dir = tiny
     bundle = Bundle.load(bundle_dir)
-    size = bundle.preprocessing["size"]
+    size = bundle.preprocessing.size
     rng = np.random.default_rng(0)
     images = [rng.standard_normal((bundle.batch_size, 3, size, size)).astype(np.float32) for _ in range(2)]
     options = DecodeOptions(beam_size=bundle.beam_size, max_len=bundle.max_len)

@@ -99,7 +99,7 @@ def test_engine_entry_must_say_what_it_was_built_for(bundle_dir, tmp_path):
     (dst / engine["file"]).write_bytes((dst / "visual.onnx").read_bytes())
     data["graphs"].append(engine)
     (dst / "manifest.json").write_text(json.dumps(data))
-    with pytest.raises(ManifestError, match=r"graphs\[3\]\.tensorrt: missing"):
+    with pytest.raises(ManifestError, match=rf"graphs\[{len(data['graphs']) - 1}\]\.tensorrt: missing"):
         load_manifest(dst)
     engine["tensorrt"] = {"version": "0.0.1", "gpu": "Orin", "compute_capability": "8.7"}
     (dst / "manifest.json").write_text(json.dumps(data))
@@ -115,7 +115,7 @@ def test_engine_entry_must_say_what_it_was_built_for(bundle_dir, tmp_path):
                        ({"compute_capabilities": ["sm86"]}, r"compute_capabilities: \['sm86'\], expected a list")):
         engine["tensorrt"].update(bad)
         (dst / "manifest.json").write_text(json.dumps(data))
-        with pytest.raises(ManifestError, match=r"graphs\[3\]\.tensorrt\." + field):
+        with pytest.raises(ManifestError, match=rf"graphs\[{len(data['graphs']) - 1}\]\.tensorrt\." + field):
             load_manifest(dst)
         engine["tensorrt"].update(distribution="tensorrt-rtx", compute_capabilities=["8.6"])
 
@@ -168,8 +168,9 @@ def test_trt_export_builds_tensorrt_for_rtx_engines_and_records_where_they_run(r
     out, printed, _ = rtx_export
     m = load_manifest(out)
     engines = {g.role: g for g in m.graphs if g.engine == "tensorrt"}
-    assert sorted(engines) == ["decoder_step", "encoder", "visual"]
+    assert sorted(engines) == ["cache_update", "decoder_step", "encoder", "visual"]
     assert engines["decoder_step"].file == "decoder_step.b4.fp32.engine"  # 2 images x 2 beams
+    assert engines["cache_update"].file == "cache_update.b4.fp32.engine"  # on the same rows
     targets = compute_capabilities(tensorrt_rtx)
     assert {"8.0", "8.6", "8.9", "12.0"} <= set(targets) and not {"7.5", "8.7", "9.0"} & set(targets)
     for g in engines.values():
@@ -373,8 +374,10 @@ def test_trt_int8_builds_from_qdq_graphs_with_float_biases(cnn_ckpt, tmp_path):
     type FP8, FP4, Int4, Int8, or UInt8"), so TensorRT's QDQ graphs keep their biases float."""
     result = export(cnn_ckpt, tmp_path / "int8", engine="trt", precision="int8", samples=1)
     m = result.manifest
-    assert {g.precision for g in m.graphs} == {"int8"} and all(c.tensorrt_compatible for c in m.checks.values())
-    assert {g.tensorrt.int8_mode for g in m.graphs if g.engine == "tensorrt"} == {"qdq"}
+    # the cache_update graph only moves the fp32 cache: fp32 at every precision, its engine too
+    assert {(g.role == "cache_update", g.precision) for g in m.graphs} == {(False, "int8"), (True, "fp32")}
+    assert all(c.tensorrt_compatible for c in m.checks.values())
+    assert {g.tensorrt.int8_mode for g in m.graphs if g.engine == "tensorrt" and g.role != "cache_update"} == {"qdq"}
     step = onnx.load(str(result.path / "decoder_step.onnx"))
     constants = {i.name: i.data_type for i in step.graph.initializer}
     dequantized = [constants.get(n.input[0]) for n in step.graph.node if n.op_type == "DequantizeLinear"]
@@ -388,7 +391,8 @@ def test_rebuilding_a_bundles_engines_from_its_onnx_graphs(bundle_dir, run_cli, 
     assert code == 0, err
     m = load_manifest(out)
     assert sorted(g.file for g in m.graphs if g.engine == "tensorrt") == [
-        "decoder_step.b4.fp32.engine", "encoder.b2.fp32.engine", "visual.b2.fp32.engine"]
+        "cache_update.b4.fp32.engine", "decoder_step.b4.fp32.engine", "encoder.b2.fp32.engine",
+        "visual.b2.fp32.engine"]
     report = m.parity["tensorrt"]
     assert report.passed if engines_run_here() else isinstance(report, ParityNotRun)
     assert load_manifest(bundle_dir).graph("encoder", "tensorrt") is None  # the source bundle is untouched
@@ -475,3 +479,46 @@ def test_tensorrt_for_rtx_verdict_and_runtime_cache_without_a_gpu(tmp_path, caps
     graph.runtime_cache, graph.runtime_cache_file = Cache(), tmp_path / "no" / "such" / "x.cache"
     graph.save_runtime_cache()
     assert "cannot keep TensorRT for RTX's runtime cache" in capsys.readouterr().err
+
+
+def test_tensorrt_for_rtx_captures_its_own_cuda_graphs_without_a_gpu():
+    """With CUDA graphs, a TensorRT for RTX binding gets an execution context whose runtime config
+    asks TensorRT for RTX to capture and replay it (a stream capture from outside fails on its
+    engines), sharing the engine's runtime cache; full TensorRT's bindings are stream-captured by
+    the runner. Over stand-ins of the engine (they need a GPU to open)."""
+    import types
+
+    from edgecap.runtime import engines
+
+    class Config:
+        def set_runtime_cache(self, cache):
+            self.cache = cache
+
+    class Engine:
+        def __init__(self):
+            self.contexts = []
+
+        def create_runtime_config(self):
+            return Config()
+
+        def create_execution_context(self, *config):
+            context = types.SimpleNamespace(config=config[0] if config else None, set_tensor_address=lambda n, p: True)
+            self.contexts.append(context)
+            return context
+
+    strategy = types.SimpleNamespace(DISABLED=0, WHOLE_GRAPH_CAPTURE=1)
+    trt = types.SimpleNamespace(CudaGraphStrategy=strategy)
+    engine, kernels = Engine(), object()
+    captured = engines.rtx_graph_capture(trt, engine, kernels)
+    assert captured.cuda_graph_strategy == strategy.WHOLE_GRAPH_CAPTURE and captured.cache is kernels
+
+    graph = object.__new__(engines.TrtGraph)
+    graph.engine, graph.entry, graph.cuda_graph = engine, types.SimpleNamespace(file="decoder_step.b4.fp32.engine"), True
+    graph.rtx, graph.runtime_config, graph.captured_config = True, Config(), captured
+    plain_run = engines._CapturedRun(graph, {"token": 1}, capture=False)
+    captured_run = engines._CapturedRun(graph, {"token": 2}, capture=True)
+    assert plain_run.context.config is graph.runtime_config and not plain_run.capture
+    assert captured_run.context.config is captured and not captured_run.capture  # TensorRT for RTX captures it
+    graph.rtx = False  # full TensorRT: a plain context, captured by the runner on its stream
+    full_run = engines._CapturedRun(graph, {"token": 3}, capture=True)
+    assert full_run.context.config is None and full_run.capture

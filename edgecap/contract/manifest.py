@@ -41,7 +41,12 @@ FORMAT = "edgecap-bundle"
 FORMAT_VERSION = 4
 MANIFEST_NAME = "manifest.json"
 
-ROLES = ("visual", "encoder", "decoder_step")
+ROLES = ("visual", "encoder", "decoder_step", "cache_update")
+# graphs that run on the search rows (batch x beam) rather than on the image batch
+ROW_ROLES = ("decoder_step", "cache_update")
+# how the cache is updated between steps (DecodingState.update): by the runtime in place, or
+# by the bundle's `cache_update` graph (slot write and beam reorder where the cache lives)
+CACHE_UPDATES = ("host", "cache_update")
 ENGINES = ("onnxruntime", "tensorrt")
 TENSORRT_DISTRIBUTIONS = ("tensorrt", "tensorrt-rtx")  # edgecap.runtime.tensorrt_dist
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -331,14 +336,27 @@ class DecodingState(StateDescription):
     """The model's state description (edgecap.contract.state) as the bundle's graphs take it.
 
     The step graph reads every cache tensor and returns, for each, `<name>.new`: the new
-    position's slot along its slot axis (the runtime writes it into slot `step` in place), or
-    the whole new tensor where that axis is null. Cross tensors stay at the image batch; the
-    beams of an image are consecutive step rows. With `top_k` > 0 the step also returns the
-    `top_k` best tokens of every row (top_logprobs, top_tokens).
+    position's slot along its slot axis, or the whole new tensor where that axis is null. Cross
+    tensors stay at the image batch; the beams of an image are consecutive step rows. With
+    `top_k` > 0 the step also returns the `top_k` best tokens of every row (top_logprobs,
+    top_tokens).
+
+    `update` says what puts each `<name>.new` into the cache and reorders the beams:
+    - "host": the runtime writes the slot into its own cache in place and moves rows whose
+      beam changed (the cache in host memory);
+    - "cache_update": also the bundle's `cache_update` graph, which takes `step`, `parent`
+      ([rows] int64: the row each row continues from), every cache tensor and its `.new` and
+      returns every tensor as `<name>.next`: the slot written at `step` along the slot axis (the
+      whole tensor replaced where that axis is null), then the rows gathered by `parent` along
+      the batch axis. A runtime whose cache lives on a device runs it between steps with two
+      cache buffers in turn (ping-pong), so the cache never leaves the device.
+    The names of the graph tensors are `cache_graph_names` / `cross_graph_names` (a per-layer
+    tensor once per layer, `<name>.<layer>`); `cache_names` / `cross_names` are the model's.
     """
 
     top_k: int = 0
     encode_extra_names: tuple[str, ...] = ()  # encoder inputs after features, mask
+    update: str = "host"
 
     @classmethod
     def from_dict(cls, data: dict, where: str) -> DecodingState:
@@ -350,14 +368,18 @@ class DecodingState(StateDescription):
         if top_k < 0:
             raise ManifestError(f"{where}.top_k: {top_k}, expected >= 0")
         extra = _opt(data, "encode_extra_names", list, where, [])
-        return cls(described.cache, described.cross, described.layers, top_k, tuple(extra))
+        update = _choice(_opt(data, "update", str, where, "host"), CACHE_UPDATES, f"{where}.update")
+        return cls(described.cache, described.cross, described.layers, top_k, tuple(extra), update)
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), "top_k": self.top_k, "encode_extra_names": list(self.encode_extra_names)}
+        # "host" is left out, as bundles exported before `update` wrote it: they read back as written
+        update = {"update": self.update} if self.update != "host" else {}
+        return {**super().to_dict(), "top_k": self.top_k, "encode_extra_names": list(self.encode_extra_names),
+                **update}
 
     @classmethod
-    def of(cls, described: StateDescription, top_k: int, encode_extra_names=()) -> DecodingState:
-        return cls(described.cache, described.cross, described.layers, top_k, tuple(encode_extra_names))
+    def of(cls, described: StateDescription, top_k: int, encode_extra_names=(), update: str = "host") -> DecodingState:
+        return cls(described.cache, described.cross, described.layers, top_k, tuple(encode_extra_names), update)
 
     # The graphs' names, a per-layer tensor once per layer ("self_k.0", "self_k.1", ...); the
     # model's names of the same tensors are StateDescription's `cache_names` / `cross_names`.
@@ -655,12 +677,16 @@ class Manifest:
                                     "come from different exports")
 
     def _check_graphs(self, where: str) -> None:
-        needed = ("encoder", "decoder_step") + (("visual",) if self.input == "images" else ())
+        needed = ("encoder", "decoder_step") + (("visual",) if self.input == "images" else ()) + (
+            ("cache_update",) if self.state.update == "cache_update" else ())
         for role in needed:
             if not any(g.role == role and g.engine == "onnxruntime" for g in self.graphs):
                 raise ManifestError(f"{where}.graphs: no onnxruntime entry for the {role!r} graph")
         if self.input == "features" and any(g.role == "visual" for g in self.graphs):
             raise ManifestError(f"{where}.graphs: a 'visual' graph in a bundle whose input is 'features'")
+        if self.state.update != "cache_update" and any(g.role == "cache_update" for g in self.graphs):
+            raise ManifestError(f"{where}.graphs: a 'cache_update' graph, but state.update is "
+                                f"{self.state.update!r}, not 'cache_update'")
         seen = set()
         for g in self.graphs:
             if (g.role, g.engine) in seen:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from edgecap.errors import EdgecapError
 
-CACHE_OUT_SUFFIX = ".new"
+CACHE_OUT_SUFFIX = ".new"   # the step's output for a cache tensor: its new slot
+CACHE_NEXT_SUFFIX = ".next"  # the cache_update graph's output: the tensor for the next step
 
 
 @dataclass(frozen=True)

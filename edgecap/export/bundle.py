@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from edgecap.contract.manifest import (
     FORMAT_VERSION,
+    ROW_ROLES,
     CoverageVectors,
     DecodingDefaults,
     DecodingState,
@@ -207,7 +208,7 @@ def _export_graphs(s: ExportState) -> None:
     from edgecap.export.onnx import export_graph
 
     cfg = s.ckpt.config
-    ranges = {"token": (0, cfg.vocab_size - 1), "step": (0, cfg.max_len - 1)}
+    ranges = {"token": (0, cfg.vocab_size - 1), "step": (0, cfg.max_len - 1), "parent": (0, s.spec.rows - 1)}
     infos = {}
     for g in s.graphs:
         s.bar.set_postfix_str(f"onnx {g.role}")
@@ -230,7 +231,8 @@ def _new_manifest(s: ExportState, infos: dict) -> Manifest:
         preprocessing=s.spec.preprocessing(),
         frontend=s.spec.frontend(),
         decoding=DecodingDefaults(beam_size=settings.beam, max_len=cfg.max_len, length_penalty=0.0),
-        state=DecodingState.of(s.ckpt.model.state, s.spec.top_k, s.spec.extra_names),
+        state=DecodingState.of(s.ckpt.model.state, s.spec.top_k, s.spec.extra_names,
+                               update="cache_update" if "cache_update" in infos else "host"),
         graphs=[GraphEntry.of_file(role, f"{role}.onnx", s.tmp, "onnxruntime", "fp32", **info)
                 for role, info in infos.items()],
         checks=s.checks,
@@ -276,6 +278,8 @@ def _record_calibration_feeds(s: ExportState) -> None:
 def _reduce_precision(s: ExportState) -> None:
     """The ONNX graphs rewritten in place at the reduced precision."""
     for entry in s.manifest.graphs:
+        if entry.role == "cache_update":  # data movement only: the fp32 cache stays fp32
+            continue
         s.bar.set_postfix_str(f"{s.onnx_precision} {entry.role}")
         entry.precision = _reduce_graph(s, entry)
         entry.sha256 = sha256_file(s.tmp / entry.file)
@@ -314,12 +318,14 @@ def _build_engines(s: ExportState) -> None:
     cache = timing_cache_path(settings, s.out or s.tmp, dist)
     for entry in list(s.manifest.graphs):
         s.bar.set_postfix_str(f"tensorrt {entry.role}")
-        rows = settings.batch * (settings.beam if entry.role == "decoder_step" else 1)
-        name = engine_name(entry.role, rows, settings.precision)
-        info = build_engine(s.tmp / entry.file, s.tmp / name, settings.precision, dist, settings.workspace, cache,
+        rows = settings.batch * (settings.beam if entry.role in ROW_ROLES else 1)
+        # the cache_update graph moves fp32 data and computes nothing: an fp32 engine at any precision
+        precision = "fp32" if entry.role == "cache_update" else settings.precision
+        name = engine_name(entry.role, rows, precision)
+        info = build_engine(s.tmp / entry.file, s.tmp / name, precision, dist, settings.workspace, cache,
                             settings.int8_mode, (s.feeds or {}).get(entry.role), source_entry=entry,
                             progress=s.progress)
-        s.manifest.graphs.append(GraphEntry.of_file(entry.role, name, s.tmp, "tensorrt", settings.precision,
+        s.manifest.graphs.append(GraphEntry.of_file(entry.role, name, s.tmp, "tensorrt", precision,
                                                     entry.inputs, entry.outputs, entry.opset,
                                                     source=entry.file, tensorrt=info))
         s.bar.update()

@@ -297,20 +297,23 @@ FP32_OPS = ("LayerNormalization", "GroupNormalization", "InstanceNormalization")
 
 
 def convert_fp16(src: Path, dst: Path) -> str:
-    """The graph in fp16, its inputs and outputs and every normalisation op kept fp32."""
+    """The graph in fp16, its inputs and outputs and every normalisation op kept fp32.
+
+    Everything here is onnxruntime's own tooling over onnx protos (its fp16 converter and the
+    topological sort of its transformer optimiser), so the conversion works with whichever onnx
+    the machine has: an earlier version went through onnx-ir, whose reader failed on a GPU
+    machine's onnx 1.23 (`SerdeError` on the M² step graph, benchmarks/README.md)."""
     require("onnx", "train", "fp16 conversion")
     import onnx
-    import onnx_ir  # onnxscript's IR, installed with it
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+    from onnxruntime.transformers.onnx_model import OnnxModel
 
     converted = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True,
                                          op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FP32_OPS])
     # The converter appends its Casts at the end of the node list, which the ONNX spec (and
     # onnx.checker) refuses, and leaves value_info that disagrees with the casts around the ops
     # it kept fp32: nodes sorted, the stale type hints dropped (shape inference rebuilds them).
-    ir_model = onnx_ir.from_proto(converted)
-    ir_model.graph.sort()
-    model = onnx_ir.to_proto(ir_model)
-    del model.graph.value_info[:]
-    onnx.save(model, str(dst))
+    OnnxModel(converted).topological_sort()
+    del converted.graph.value_info[:]
+    onnx.save(converted, str(dst))
     return "fp16"

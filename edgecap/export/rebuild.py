@@ -19,6 +19,7 @@ import numpy as np
 from edgecap.contract.beam import DecodeOptions
 from edgecap.contract.manifest import (
     MANIFEST_NAME,
+    ROW_ROLES,
     GraphEntry,
     Manifest,
     ParityReport,
@@ -149,7 +150,7 @@ def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
         rebuilt = replace(manifest, graphs=list(sources))
         cache = timing_cache_path(settings, out, dist)
         for g in sources:
-            rows = manifest.batch_size * (manifest.beam_size if g.role == "decoder_step" else 1)
+            rows = manifest.batch_size * (manifest.beam_size if g.role in ROW_ROLES else 1)
             name = engine_name(g.role, rows, g.precision)
             info = build_engine(tmp / g.file, tmp / name, g.precision, dist, settings.workspace, cache, "qdq",
                                 source_entry=g, progress=progress)

@@ -6,10 +6,11 @@
         print(cap.text, cap.latency_ms)
 
 Frames are OpenCV BGR uint8 images of any size; preprocessing is exactly the manifest's
-(edgecap.contract.preprocess, the function training and export use). The bundle's graphs have a
+(the bundle's `Preprocessing`, edgecap.contract.preprocess, which training and export use),
+read once when the captioner is made: a frame parses nothing. The bundle's graphs have a
 static batch: a short list is padded with zero images whose captions are discarded, a long
 list is captioned in several batches. The image buffer is allocated once and reused; the
-decoder's cache lives in the bundle's stepper, also allocated once.
+decoder's cache lives in the bundle's stepper, also allocated once (on a GPU, on the device).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgecap.contract.beam import DecodeOptions
-from edgecap.contract.preprocess import preprocess_as
 from edgecap.errors import EdgecapError
 
 STAGES = ("preprocess", "visual", "encoder", "decode")
@@ -50,11 +50,9 @@ class Captioner:
         if not 1 <= self.max_len <= int(bundle.max_len):
             raise EdgecapError(f"max_len {self.max_len} out of range; the bundle's cache holds "
                                f"1..{bundle.max_len} tokens")
-        defaults = getattr(bundle, "decoding", None) or {}
-        self.length_penalty = float(defaults.get("length_penalty", 0.0)
-                                    if length_penalty is None else length_penalty)
-        self._pp = dict(bundle.preprocessing)
-        self.size = int(self._pp["size"])
+        self.length_penalty = float(bundle.decoding.length_penalty if length_penalty is None else length_penalty)
+        self.preprocessing = bundle.preprocessing
+        self.size = int(self.preprocessing.size)
         self.batch_size = int(bundle.batch_size)
         self._images = np.zeros((self.batch_size, 3, self.size, self.size), np.float32)
         self._special = {int(bundle.bos_id), int(bundle.eos_id), int(bundle.pad_id)}
@@ -62,18 +60,22 @@ class Captioner:
     @classmethod
     def from_bundle(cls, path, beam: int | None = None, providers=None,
                     max_len: int | None = None, length_penalty: float | None = None,
-                    threads: int = 0, spin: bool = True, engine: str = "auto") -> Captioner:
+                    threads: int = 0, spin: bool = True, engine: str = "auto", device_state: bool | None = None,
+                    cuda_graph: bool = False) -> Captioner:
         """Load and verify a bundle (manifest, file hashes), then wrap it.
 
         providers: onnxruntime execution providers (default: the best installed);
         threads: onnxruntime intra-op threads (0: onnxruntime decides, one per physical core);
         spin: idle intra-op threads busy-wait (False: they sleep, costing latency, saving CPU);
-        engine: auto | onnxruntime | tensorrt (Bundle.load).
+        engine: auto | onnxruntime | tensorrt (Bundle.load);
+        device_state / cuda_graph: where the decoding state lives and whether its steps are
+        replayed as CUDA graphs (`Bundle.load`; docs/runtime.md, "Where the decoding state lives").
         """
         from .session import Bundle
 
-        return cls(Bundle.load(path, providers=providers, threads=threads, spin=spin, engine=engine), beam=beam,
-                   max_len=max_len, length_penalty=length_penalty)
+        bundle = Bundle.load(path, providers=providers, threads=threads, spin=spin, engine=engine,
+                             device_state=device_state, cuda_graph=cuda_graph)
+        return cls(bundle, beam=beam, max_len=max_len, length_penalty=length_penalty)
 
     def check_beam(self, beam: int) -> int:
         """`beam` if the decoder graph can run it (1..its beams per image), else a clear error."""
@@ -87,13 +89,13 @@ class Captioner:
         """One batch of zero images through every graph: session start-up and allocations
         happen here, not on the first real frame (whose latency would otherwise be inflated)."""
         self._images[:] = 0.0
-        cross = self.bundle.encode(*self.bundle.visual(self._images))
+        cross = self.bundle.encode_for_decoding(*self.bundle.visual(self._images))
         self.bundle.decode(cross, DecodeOptions(beam_size=self.beam, max_len=self.max_len))
 
     def preprocess_into(self, frames: list[np.ndarray]) -> np.ndarray:
         """Fill the reused [batch, 3, H, W] buffer; rows past len(frames) are zero padding."""
         for i, frame in enumerate(frames):
-            preprocess_as(frame, self._pp, out=self._images[i])  # in place: no per-frame arrays
+            self.preprocessing(frame, out=self._images[i])  # in place: no per-frame arrays
         self._images[len(frames):] = 0.0
         return self._images
 
@@ -112,7 +114,7 @@ class Captioner:
         t1 = time.perf_counter()
         feats, mask = self.bundle.visual(images)
         t2 = time.perf_counter()
-        cross = self.bundle.encode(feats, mask)
+        cross = self.bundle.encode_for_decoding(feats, mask)
         t3 = time.perf_counter()
         options = DecodeOptions(beam_size=beam, max_len=self.max_len,
                                 length_penalty=self.length_penalty)

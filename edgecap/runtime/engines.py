@@ -1,9 +1,19 @@
 """Graph runners behind `Bundle`: onnxruntime sessions and native TensorRT engines.
 
-Both expose the same two calls, so the bundle and its stepper never ask which one they hold:
+Both expose the same calls, so the bundle and its steppers never ask which one they hold:
     runner.run(feeds) -> list of numpy outputs (manifest order)
     run = runner.bind(inputs, outputs)   # persistent numpy buffers, bound once
     run()                                # reads the inputs' current contents, writes the outputs
+and, for state that lives where the graph runs (`runner.memory`: "cuda", "cpu", or None where
+edgecap cannot hold tensors for the provider):
+    tensor = runner.tensor(shape, dtype)  # allocated once in the graph's memory
+    tensor.write(array); tensor.read()    # the only host <-> device copies, made by the caller
+    run = runner.bind_tensors(inputs, outputs, capture=True)   # bound once; run() runs it
+    runner.run_into(feeds, outputs)       # numpy feeds in, outputs left in `tensor`s
+With `capture`, a runner opened with CUDA graphs records the bound run as a CUDA graph once
+and replays it afterwards (fixed addresses, inputs updated in place by `write`); every binding
+gets its own graph, so the two ping-pong sides of a stepper and the steppers of two beam sizes
+never replay each other's.
 On onnxruntime's CPU provider `bind` is zero-copy IO binding, made once: the graph reads the
 caller's arrays (the decoder's cache, the cross tensors) where they are and writes its outputs
 into the caller's arrays, so a decoding step moves no tensor it does not compute.
@@ -78,7 +88,7 @@ def check_providers(requested: list) -> list:
 _said: set[str] = set()
 
 
-def _say_once(message: str) -> None:
+def say_once(message: str) -> None:
     if message not in _said:
         _said.add(message)
         import sys
@@ -133,7 +143,78 @@ def check_graph_io(session, entry: GraphEntry, path: Path) -> None:
                                 f"the file does not belong to this bundle")
 
 
-def open_session(path: Path, providers: list | None, threads: int = 0, spin: bool = True):
+# providers whose tensors live in CUDA device memory, and their CUDA-graph option
+CUDA_GRAPH_OPTIONS = {"CUDAExecutionProvider": "enable_cuda_graph", "TensorrtExecutionProvider": "trt_cuda_graph_enable"}
+
+
+def with_cuda_graphs(providers: list) -> list:
+    """The providers with CUDA-graph capture turned on for every one that has it."""
+    out = []
+    for provider in providers:
+        name = provider_name(provider)
+        options = dict(provider[1]) if isinstance(provider, tuple) else {}
+        if name in CUDA_GRAPH_OPTIONS:
+            options[CUDA_GRAPH_OPTIONS[name]] = "1"
+            provider = (name, options)
+        out.append(provider)
+    return out
+
+
+def check_tensors(entry: GraphEntry, inputs: dict, outputs: dict) -> None:
+    """Tensors to bind must be every input and output the graph lists, at its shapes and
+    dtypes; a missing one or a wrong one is a one-line error naming it."""
+    for kind, listed, given in (("input", entry.inputs, inputs), ("output", entry.outputs, outputs)):
+        for spec in listed:
+            held = given.get(spec.name)
+            if held is None:
+                raise EdgecapError(f"{entry.file}: {kind} {spec.name!r} not bound")
+            if list(held.shape) != spec.shape or held.dtype != np.dtype(spec.dtype):
+                raise EdgecapError(f"{entry.file}: {kind} {spec.name!r} bound to a {held.dtype} tensor of shape "
+                                   f"{list(held.shape)}, the graph has {spec.dtype} {spec.shape}")
+        extra = sorted(set(given) - {t.name for t in listed})
+        if extra:
+            raise EdgecapError(f"{entry.file}: {kind} {extra[0]!r} bound, but the graph has no such {kind}")
+
+
+class OrtTensor:
+    """A tensor in the memory an onnxruntime session computes in, allocated once: an `OrtValue`
+    on the GPU (written and read with one copy each), or on the CPU provider a numpy array the
+    `OrtValue` wraps (written and read where it lies; `read` returns the live array)."""
+
+    def __init__(self, shape, dtype, device: str, device_id: int = 0, in_place: bool | None = None):
+        """in_place: wrap a numpy array (the default on the CPU); False allocates an OrtValue
+        written and read by copies, as on a GPU (how tests run the GPU's copies on a CPU)."""
+        import onnxruntime as ort
+
+        self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+        self._zeros = None
+        if device == "cpu" if in_place is None else in_place:
+            self.host = np.zeros(self.shape, self.dtype)
+            self.value = ort.OrtValue.ortvalue_from_numpy(self.host)
+        else:
+            self.host = None
+            self.value = ort.OrtValue.ortvalue_from_shape_and_type(list(self.shape), self.dtype, device, device_id)
+
+    def write(self, data: np.ndarray) -> None:
+        if self.host is not None:
+            np.copyto(self.host, data)
+        else:
+            self.value.update_inplace(np.ascontiguousarray(data, dtype=self.dtype))
+
+    def read(self) -> np.ndarray:
+        return self.host if self.host is not None else self.value.numpy()
+
+    def zero(self) -> None:
+        if self.host is not None:
+            self.host.fill(0)
+            return
+        if self._zeros is None:  # calloc'ed pages: kept for the next frame's reset
+            self._zeros = np.zeros(self.shape, self.dtype)
+        self.value.update_inplace(self._zeros)
+
+
+def open_session(path: Path, providers: list | None, threads: int = 0, spin: bool = True,
+                 cuda_graph: bool = False):
     """An onnxruntime session with edgecap's settings, for a bundle's graphs and for a detector
     beside them (runtime/detector.py), so both share one providers / threads / spin choice.
 
@@ -141,11 +222,18 @@ def open_session(path: Path, providers: list | None, threads: int = 0, spin: boo
     must all start. threads: intra-op threads (0: onnxruntime's default, one per physical
     core). spin: whether idle intra-op threads busy-wait for the next op of a run
     (onnxruntime's default) or sleep, leaving their cores to the robot's other processes;
-    either way they sleep once the run returns."""
+    either way they sleep once the run returns. cuda_graph: turn on the CUDA or TensorRT
+    provider's CUDA-graph capture (one of them must be among the providers, else a one-line
+    error)."""
     import onnxruntime as ort
 
     explicit = providers is not None
     providers = check_providers(list(providers)) if explicit else default_providers()
+    if cuda_graph:
+        if not any(provider_name(p) in CUDA_GRAPH_OPTIONS for p in providers):
+            raise EdgecapError(f"CUDA graphs for {path.name} need the CUDA or TensorRT execution provider; "
+                               f"the providers are {', '.join(map(provider_name, providers))}")
+        providers = with_cuda_graphs(providers)
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
@@ -166,35 +254,93 @@ def open_session(path: Path, providers: list | None, threads: int = 0, spin: boo
                            f"(installed, but no usable device or driver?); it would run on "
                            f"{', '.join(session.get_providers())}, which was not asked for")
     if dropped:
-        _say_once(f"onnxruntime could not start {', '.join(dropped)}; running on "
+        say_once(f"onnxruntime could not start {', '.join(dropped)}; running on "
                   f"{', '.join(session.get_providers())}")
     return session
 
 
 class OrtGraph:
     def __init__(self, path: Path, entry: GraphEntry, providers: list | None, threads: int = 0,
-                 spin: bool = True):
-        """One bundle graph in an `open_session` session (its providers / threads / spin)."""
-        self.session = open_session(path, providers, threads=threads, spin=spin)
+                 spin: bool = True, cuda_graph: bool = False):
+        """One bundle graph in an `open_session` session (its providers / threads / spin).
+        cuda_graph: capture runs bound with `bind_tensors(..., capture=True)` as CUDA graphs
+        (the CUDA or TensorRT provider must run the whole graph, else a one-line error)."""
+        import onnxruntime as ort
+
+        self.session = open_session(path, providers, threads=threads, spin=spin, cuda_graph=cuda_graph)
         check_graph_io(self.session, entry, path)
         self.entry = entry
         self.output_names = [t.name for t in entry.outputs]
+        started = self.session.get_providers()
         # zero-copy IO binding only where every tensor lives in host memory
-        self.host_only = self.session.get_providers() == ["CPUExecutionProvider"]
+        self.host_only = started == ["CPUExecutionProvider"]
+        self.memory = "cpu" if self.host_only else "cuda" if started[0] in CUDA_GRAPH_OPTIONS else None
+        self.device_id = _device_id(providers or [], started[0])  # the defaults name no device: 0
+        self.cuda_graph = cuda_graph and self.memory == "cuda"
+        if cuda_graph and not self.cuda_graph:
+            raise EdgecapError(f"CUDA graphs for {path.name}: onnxruntime runs it on {', '.join(started)}, "
+                               f"not on a CUDA device")
+        self._graphs_bound = 0
+        # runs outside a binding never capture (gpu_graph_id -1): their buffers change per call
+        self._plain = ort.RunOptions()
+        if self.cuda_graph:
+            self._plain.add_run_config_entry("gpu_graph_id", "-1")
 
     @property
     def providers(self) -> list[str]:
         return self.session.get_providers()
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(self.output_names, check_feeds(self.entry, feeds))
+        return self.session.run(self.output_names, check_feeds(self.entry, feeds), self._plain)
+
+    # -- tensors that stay where the graph runs ------------------------------------------------
+    def tensor(self, shape, dtype) -> OrtTensor:
+        if self.memory is None:
+            raise EdgecapError(f"{self.entry.file}: edgecap holds no tensors for {self.providers[0]}")
+        return OrtTensor(shape, dtype, self.memory, self.device_id)
+
+    def bind_tensors(self, inputs: dict[str, OrtTensor], outputs: dict[str, OrtTensor],
+                     capture: bool = False) -> Callable[[], None]:
+        """Bind every input and output to a tensor once; -> a call that runs the graph on them.
+        With CUDA graphs and `capture`, the binding gets its own graph id (1, 2, ...: onnxruntime
+        reserves 0), captured on its first runs and replayed after."""
+        import onnxruntime as ort
+
+        check_tensors(self.entry, inputs, outputs)
+        binding = self.session.io_binding()
+        # (`held`, not `tensor`: the offline TensorRT API check reads `tensor` as a TensorRT ITensor)
+        for name, held in inputs.items():
+            binding.bind_ortvalue_input(name, held.value)
+        for name, held in outputs.items():
+            binding.bind_ortvalue_output(name, held.value)
+        graph_id = None
+        options = self._plain
+        if self.cuda_graph and capture:
+            self._graphs_bound += 1
+            graph_id = self._graphs_bound
+            options = ort.RunOptions()
+            options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        return _BoundRun(self.session, binding, options, graph_id)
+
+    def run_into(self, feeds: dict[str, np.ndarray], outputs: dict[str, OrtTensor]) -> None:
+        """Run on numpy feeds, writing the outputs named in `outputs` into those tensors (an
+        output not named is left in host memory and dropped)."""
+        binding = self.session.io_binding()
+        for name, value in check_feeds(self.entry, feeds).items():
+            binding.bind_cpu_input(name, value)
+        for name in self.output_names:
+            if name in outputs:
+                binding.bind_ortvalue_output(name, outputs[name].value)
+            else:
+                binding.bind_output(name, "cpu")
+        self.session.run_with_iobinding(binding, self._plain)
 
     def bind(self, inputs: dict[str, np.ndarray], outputs: list[np.ndarray]) -> Callable[[], None]:
         """Bind host buffers once (zero-copy on the CPU provider); -> a call that runs the graph."""
         bound = check_bound(self.entry, inputs, outputs)
         if not self.host_only:
             def run_and_copy():
-                for dst, src in zip(outputs, self.session.run(self.output_names, bound), strict=True):
+                for dst, src in zip(outputs, self.run(bound), strict=True):
                     np.copyto(dst, src)
             return run_and_copy
         binding = self.session.io_binding()
@@ -204,6 +350,25 @@ class OrtGraph:
             binding.bind_output(name, "cpu", 0, dst.dtype, list(dst.shape), dst.ctypes.data)
         session = self.session
         return lambda: session.run_with_iobinding(binding)
+
+
+class _BoundRun:
+    """One IO binding of a session and the run options it always runs with (`graph_id`: the
+    CUDA graph it captures and replays, None for none)."""
+
+    def __init__(self, session, binding, options, graph_id: int | None):
+        self.session, self.binding, self.options, self.graph_id = session, binding, options, graph_id
+
+    def __call__(self) -> None:
+        self.session.run_with_iobinding(self.binding, self.options)
+
+
+def _device_id(providers: list, name: str) -> int:
+    """The device a provider was asked to run on (its `device_id` option, default 0)."""
+    for provider in providers:
+        if provider_name(provider) == name and isinstance(provider, tuple):
+            return int(provider[1].get("device_id", 0))
+    return 0
 
 
 def check_bound(entry: GraphEntry, inputs: dict[str, np.ndarray], outputs: list[np.ndarray]) -> dict[str, np.ndarray]:
@@ -352,9 +517,20 @@ def open_runtime_cache(engine, path: Path):
     runtime_config = engine.create_runtime_config()
     runtime_cache = runtime_config.create_runtime_cache()
     if path.is_file() and not runtime_cache.deserialize(path.read_bytes()):
-        _say_once(f"{path} was written for another GPU, driver or TensorRT for RTX: its kernels are compiled anew")
+        say_once(f"{path} was written for another GPU, driver or TensorRT for RTX: its kernels are compiled anew")
     runtime_config.set_runtime_cache(runtime_cache)
     return runtime_config, runtime_cache
+
+
+@trt_apis(*RTX_RELEASES)
+def rtx_graph_capture(trt, engine, runtime_cache):
+    """A runtime config whose execution contexts TensorRT for RTX runs as CUDA graphs, captured
+    on their first run and replayed after (its own capture: a stream capture around its engines
+    needs them built with REQUIRE_USER_ALLOCATION); the kernels go into `runtime_cache`."""
+    runtime_config = engine.create_runtime_config()
+    runtime_config.set_runtime_cache(runtime_cache)
+    runtime_config.cuda_graph_strategy = trt.CudaGraphStrategy.WHOLE_GRAPH_CAPTURE
+    return runtime_config
 
 
 def check_engine_io(trt, engine, entry: GraphEntry, path: Path) -> None:
@@ -393,13 +569,85 @@ def check_io_table(tensors: dict, entry: GraphEntry, path: Path, what: str) -> N
                             f"not list; the file does not belong to this bundle")
 
 
-class TrtGraph:
-    """One deserialised engine with device buffers allocated once (static shapes)."""
+class CudaTensor:  # pragma: no cover - needs a GPU
+    """A tensor in CUDA device memory (cuda-python), allocated once; written and read with one
+    synchronous copy each, zeroed with a memset."""
 
-    def __init__(self, path: Path, entry: GraphEntry, bundle_dir: Path):
+    def __init__(self, cudart, shape, dtype):
+        self.cudart = cudart
+        self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+        self.nbytes = max(1, int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize)
+        self.ptr = int(_check(cudart.cudaMalloc(self.nbytes), "cudaMalloc"))
+
+    def write(self, data: np.ndarray) -> None:
+        host = np.ascontiguousarray(data, dtype=self.dtype)
+        _check(self.cudart.cudaMemcpy(self.ptr, host.ctypes.data, host.nbytes,
+                                      self.cudart.cudaMemcpyKind.cudaMemcpyHostToDevice), "copy in")
+
+    def read(self) -> np.ndarray:
+        host = np.empty(self.shape, self.dtype)
+        _check(self.cudart.cudaMemcpy(host.ctypes.data, self.ptr, host.nbytes,
+                                      self.cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost), "copy out")
+        return host
+
+    def zero(self) -> None:
+        _check(self.cudart.cudaMemset(self.ptr, 0, self.nbytes), "cudaMemset")
+
+    def __del__(self):
+        if getattr(self, "ptr", None):
+            self.cudart.cudaFree(self.ptr)
+
+
+class _CapturedRun:  # pragma: no cover - needs a GPU
+    """One execution context with its tensors' addresses set once: runs the engine on them,
+    or, with `capture`, records the run as a CUDA graph on its second call (the first flushes
+    TensorRT's deferred work, as its docs ask) and replays that graph afterwards. TensorRT for
+    RTX captures its own graphs (`TrtGraph.new_context`): its engines allocate memory while
+    they run unless built with REQUIRE_USER_ALLOCATION, so a stream capture around them fails."""
+
+    def __init__(self, graph: TrtGraph, addresses: dict[str, int], capture: bool):
+        self.graph, self.capture, self.exec, self.calls = graph, capture and not graph.rtx, None, 0
+        self.context = graph.new_context(captured=capture)
+        for name, ptr in addresses.items():
+            if not self.context.set_tensor_address(name, ptr):
+                raise EdgecapError(f"TensorRT refused the device buffer for {name!r} of {graph.entry.file}")
+
+    def __call__(self) -> None:
+        cudart, stream = self.graph.cudart, self.graph.stream
+        self.calls += 1
+        if self.exec is not None:
+            _check(cudart.cudaGraphLaunch(self.exec, stream), "cudaGraphLaunch")
+        elif self.capture and self.calls >= 2:
+            mode = cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+            _check(cudart.cudaStreamBeginCapture(stream, mode), "cudaStreamBeginCapture")
+            ok = self.context.execute_async_v3(stream)
+            captured = _check(cudart.cudaStreamEndCapture(stream), "cudaStreamEndCapture")
+            if not ok:
+                raise EdgecapError(f"TensorRT failed to capture {self.graph.entry.file} as a CUDA graph")
+            self.exec = _check(cudart.cudaGraphInstantiate(captured, 0), "cudaGraphInstantiate")
+            _check(cudart.cudaGraphLaunch(self.exec, stream), "cudaGraphLaunch")
+        elif not self.context.execute_async_v3(stream):
+            raise EdgecapError(f"TensorRT failed to run {self.graph.entry.file}")
+        _check(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+        if self.graph.runtime_cache is not None:
+            self.graph.save_runtime_cache()
+
+
+class TrtGraph:
+    """One deserialised engine with device buffers allocated once (static shapes).
+
+    `run` / `bind` copy host arrays into the engine's own buffers and back on every call (the
+    visual and encoder graphs, and a bundle decoded on the host); `tensor` / `bind_tensors` /
+    `run_into` keep the decoding state in device memory that several engines share, each
+    binding with its own execution context, so no copy of the cache is made per step."""
+
+    memory = "cuda"
+
+    def __init__(self, path: Path, entry: GraphEntry, bundle_dir: Path, cuda_graph: bool = False):
         trt = check_engine_compatible(entry, bundle_dir)
         self.cudart = cudart = _cudart()
         self.entry = entry
+        self.cuda_graph = cuda_graph
         self.logger = trt.Logger(trt.Logger.WARNING)
         self.runtime = trt.Runtime(self.logger)
         plan = path.read_bytes()
@@ -412,11 +660,12 @@ class TrtGraph:
         check_engine_io(trt, self.engine, entry, path)
         # TensorRT for RTX compiles kernels at the first run: kept beside the bundle for the next start
         self.runtime_cache, self.runtime_cache_file = None, runtime_cache_path(bundle_dir, entry.file)
+        self.rtx, self.runtime_config, self.captured_config = rtx, None, None
         if rtx:
-            runtime_config, self.runtime_cache = open_runtime_cache(self.engine, self.runtime_cache_file)
-            self.context = self.engine.create_execution_context(runtime_config)
-        else:
-            self.context = self.engine.create_execution_context()
+            self.runtime_config, self.runtime_cache = open_runtime_cache(self.engine, self.runtime_cache_file)
+            if cuda_graph:
+                self.captured_config = rtx_graph_capture(trt, self.engine, self.runtime_cache)
+        self.context = self.new_context()
         # the stream as an integer handle: execute_async_v3 takes `stream_handle: int`
         self.stream = int(_check(cudart.cudaStreamCreate(), "cudaStreamCreate"))
         self.buffers: dict[str, int] = {}
@@ -425,6 +674,15 @@ class TrtGraph:
             self.buffers[spec.name] = int(_check(cudart.cudaMalloc(nbytes), "cudaMalloc"))
             if not self.context.set_tensor_address(spec.name, self.buffers[spec.name]):
                 raise EdgecapError(f"TensorRT refused the device buffer for {spec.name!r} of {path.name}")
+
+    def new_context(self, captured: bool = False):
+        """An execution context of the engine (TensorRT for RTX's share the runtime cache).
+        captured: TensorRT for RTX records and replays the context's runs as CUDA graphs itself
+        (the graph must be opened with `cuda_graph`); full TensorRT's are captured by the caller."""
+        if not self.rtx:
+            return self.engine.create_execution_context()
+        runtime_config = self.captured_config if captured else self.runtime_config
+        return self.engine.create_execution_context(runtime_config)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         outputs = [np.empty(t.shape, np.dtype(t.dtype)) for t in self.entry.outputs]
@@ -436,6 +694,25 @@ class TrtGraph:
         bound = check_bound(self.entry, inputs, outputs)
         return lambda: self._run_into(bound, outputs)
 
+    def tensor(self, shape, dtype) -> CudaTensor:  # pragma: no cover - needs a GPU
+        return CudaTensor(self.cudart, shape, dtype)
+
+    def bind_tensors(self, inputs: dict[str, CudaTensor], outputs: dict[str, CudaTensor],
+                     capture: bool = False) -> Callable[[], None]:  # pragma: no cover - needs a GPU
+        check_tensors(self.entry, inputs, outputs)
+        addresses = {name: t.ptr for name, t in (*inputs.items(), *outputs.items())}
+        return _CapturedRun(self, addresses, capture and self.cuda_graph)
+
+    def run_into(self, feeds: dict[str, np.ndarray], outputs: dict[str, CudaTensor]) -> None:  # pragma: no cover
+        """Run on numpy feeds with the outputs named in `outputs` written into those tensors."""
+        for name, held in outputs.items():
+            self.context.set_tensor_address(name, held.ptr)
+        try:
+            self._run_into(feeds, [])
+        finally:
+            for name in outputs:
+                self.context.set_tensor_address(name, self.buffers[name])
+
     def _run_into(self, feeds: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
         cudart = self.cudart
         h2d, d2h = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
@@ -443,7 +720,7 @@ class TrtGraph:
             _check(cudart.cudaMemcpyAsync(self.buffers[name], value.ctypes.data, value.nbytes, h2d, self.stream), "copy in")
         if not self.context.execute_async_v3(self.stream):
             raise EdgecapError(f"TensorRT failed to run {self.entry.file}")
-        for spec, dst in zip(self.entry.outputs, outputs, strict=True):
+        for spec, dst in zip(self.entry.outputs, outputs, strict=False):
             _check(cudart.cudaMemcpyAsync(dst.ctypes.data, self.buffers[spec.name], dst.nbytes, d2h, self.stream), "copy out")
         _check(cudart.cudaStreamSynchronize(self.stream), "cudaStreamSynchronize")
         if self.runtime_cache is not None:
@@ -459,7 +736,7 @@ class TrtGraph:
             with atomic_path(self.runtime_cache_file) as tmp:
                 tmp.write_bytes(bytes(runtime_cache.serialize()))
         except (OSError, EdgecapError) as exc:
-            _say_once(f"cannot keep TensorRT for RTX's runtime cache ({exc}): the next start compiles its kernels again")
+            say_once(f"cannot keep TensorRT for RTX's runtime cache ({exc}): the next start compiles its kernels again")
 
     def __del__(self):  # pragma: no cover - needs a GPU
         cudart = getattr(self, "cudart", None)

@@ -2,7 +2,7 @@
 
     bundle = Bundle.load("bundle/")
     feats, mask = bundle.visual(images)            # float32 [batch, 3, H, W]
-    cross = bundle.encode(feats, mask)
+    cross = bundle.encode(feats, mask)              # numpy; encode_for_decoding keeps them on a GPU
     hyp = bundle.decode(cross, DecodeOptions(beam_size=3, max_len=bundle.max_len))
     bundle.captions(hyp)
 
@@ -11,6 +11,11 @@ the decoder step `batch_size * beam_size` rows (the beams of an image are consec
 read its cross tensors, which stay at the image batch). `decode` accepts any beam size from 1
 to `beam_size`: search row i * beam + j runs on graph row i * beam_size + j and the graph's
 other rows are never read, so greedy decoding runs on the same graph as beam search.
+
+Where the decoding state lives (edgecap.runtime.steppers): in host memory on onnxruntime's CPU
+provider (`HostStepper`), in the GPU's memory on the CUDA / TensorRT providers and TensorRT
+engines (`DeviceStepper`, which needs the bundle's `cache_update` graph), each chosen by
+`Bundle.load(device_state=...)`.
 """
 
 from __future__ import annotations
@@ -20,129 +25,26 @@ from pathlib import Path
 
 import numpy as np
 
-from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search, row_top_k
-from edgecap.contract.manifest import Manifest, load_manifest
-from edgecap.contract.state import CACHE_OUT_SUFFIX
+from edgecap.contract.beam import DecodeOptions, Hypotheses, beam_search
+from edgecap.contract.manifest import DecodingDefaults, DecodingState, Manifest, load_manifest
+from edgecap.contract.preprocess import Preprocessing
 from edgecap.errors import EdgecapError
 
-from .engines import OrtGraph, TrtGraph, engines_importable
+from .engines import OrtGraph, TrtGraph, engines_importable, say_once
+from .steppers import CrossTensors, DeviceCross, DeviceStepper, HostStepper
 
-
-class _CacheGroup:
-    """Cache tensors of one shape, dtype and slot axis (e.g. every layer's keys), stacked in one
-    array whose slices the graph reads and writes, so writing a step's new slots and reordering
-    beams are one numpy call for the whole group."""
-
-    def __init__(self, shape, new_shape, dtype, axis, batch_axis: int, count: int):
-        self.cache = np.zeros((count, *shape), dtype)
-        self.new = np.zeros((count, *new_shape), dtype)
-        self.axis = axis  # of the T slots in one tensor; None: the output is the whole tensor
-        self.batch_axis = batch_axis
-
-    def _slots(self, stop: int, start: int = 0):
-        return self.cache[(slice(None),) * (self.axis + 1) + (slice(start, stop),)]
-
-    def write(self, t: int) -> None:
-        np.copyto(self.cache if self.axis is None else self._slots(t + 1, t), self.new)
-
-    def move(self, src: np.ndarray, dst: np.ndarray, filled: int) -> None:
-        part = self.cache if self.axis is None else self._slots(filled)
-        view = np.moveaxis(part, self.batch_axis + 1, 1)
-        view[:, dst] = view[:, src]  # the right side is gathered first, so rows may swap
-
-
-class BundleStepper:
-    """The decoder-step graph as a `Stepper` for contract.beam, running `beam` of the graph's
-    beam_size rows per image.
-
-    Every buffer is allocated and bound to the graph once: token, step, the cache (read by the
-    graph where it lies), the cross tensors and the outputs (log-probs, the top-K tokens of every
-    row, each cache tensor's new slot). A step writes the new slots into slot t of the cache;
-    `reorder` moves, for the rows whose beam changed, only the t + 1 filled slots. Nothing the
-    size of the cache or the vocabulary is allocated or copied per step.
-    """
-
-    def __init__(self, bundle: Bundle, cross: tuple[np.ndarray, ...], beam: int):
-        state = bundle.manifest.state
-        graph = bundle._graphs["decoder_step"]
-        entry = graph.entry
-        images, per_image = bundle.batch_size, bundle.beam_size
-        # search row i * beam + j -> graph row i * beam_size + j
-        self.rows = (np.arange(images)[:, None] * per_image + np.arange(beam)[None, :]).reshape(-1)
-        self.identity = beam == per_image
-        ins, outs = {t.name: t for t in entry.inputs}, {t.name: t for t in entry.outputs}
-        self.token = np.zeros(images * per_image, np.int64)
-        self.step = np.zeros((), np.int64)
-        # the exporter drops inputs a graph never reads (an LSTM's step); those get no buffer
-        self.cross_names = state.cross_graph_names
-        self.cross = {n: np.zeros(ins[n].shape, np.dtype(ins[n].dtype)) for n in self.cross_names if n in ins}
-        bound: dict[str, np.ndarray] = {}
-        members: dict[tuple, list[tuple[str, str]]] = {}
-        for tensor in state.graph_tensors("cache"):
-            name, out = tensor.name, tensor.name + CACHE_OUT_SUFFIX
-            if name in ins:
-                key = (tuple(ins[name].shape), tuple(outs[out].shape), ins[name].dtype, tensor.slot_axis, tensor.batch_axis)
-                members.setdefault(key, []).append((name, out))
-        self.groups = []
-        for (shape, new_shape, dtype, axis, batch_axis), names in members.items():
-            group = _CacheGroup(shape, new_shape, np.dtype(dtype), axis, batch_axis, len(names))
-            for i, (name, out) in enumerate(names):
-                bound[name], bound[out] = group.cache[i], group.new[i]
-            self.groups.append(group)
-        self.outputs = [bound[t.name] if t.name in bound else np.zeros(t.shape, np.dtype(t.dtype)) for t in entry.outputs]
-        out = dict(zip(outs, self.outputs, strict=True))
-        self.logprobs = out["logprobs"]
-        self.top = (out["top_logprobs"], out["top_tokens"]) if state.top_k else None
-        inputs = {"token": self.token, "step": self.step, **self.cross, **{n: bound[n] for n in ins if n in bound}}
-        self.run = graph.bind(inputs, self.outputs)
-        self.filled = 0
-        self.reset(cross)
-
-    def reset(self, cross: tuple[np.ndarray, ...]) -> BundleStepper:
-        """Start a new batch of images in the same buffers (no allocation per frame)."""
-        for name, value in zip(self.cross_names, cross, strict=True):
-            if name in self.cross:
-                np.copyto(self.cross[name], value)
-        for group in self.groups:
-            group.cache.fill(0)
-        self.filled = 0
-        return self
-
-    def _run(self, tokens: np.ndarray, t: int) -> None:
-        self.token[self.rows] = tokens
-        self.step[...] = t
-        self.run()
-        for group in self.groups:
-            group.write(t)
-        self.filled = t + 1
-
-    def __call__(self, tokens: np.ndarray, t: int) -> np.ndarray:
-        self._run(tokens, t)
-        return self.logprobs if self.identity else self.logprobs[self.rows]
-
-    def top_k(self, tokens: np.ndarray, t: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.top is None:
-            return row_top_k(self(tokens, t), k)
-        self._run(tokens, t)
-        values, ids = self.top
-        return values[self.rows, :k], ids[self.rows, :k]
-
-    def reorder(self, rows: np.ndarray) -> None:
-        src, dst = self.rows[rows], self.rows
-        moved = src != dst
-        if not moved.any():
-            return
-        for group in self.groups:
-            group.move(src[moved], dst[moved], self.filled)
+ROLES = ("visual", "encoder", "decoder_step", "cache_update")
 
 
 class Bundle:
-    def __init__(self, path: Path, manifest: Manifest, graphs: dict, engine: str):
+    def __init__(self, path: Path, manifest: Manifest, graphs: dict, engine: str, device_state: bool = False):
         self.path = path
-        self._steppers: dict[int, BundleStepper] = {}
+        self._steppers: dict[int, HostStepper | DeviceStepper] = {}
         self.manifest = manifest
         self._graphs = graphs
         self.engine = engine
+        self.device_state = device_state
+        self._cross: CrossTensors | None = None  # the device path's cross tensors, made on first use
         self.retriever = None
         if manifest.retrieval:  # RA-T: faiss-cpu retrieval feeds the encoder (no torch)
             from edgecap.retrieval.bundle import BundleRetriever
@@ -152,7 +54,8 @@ class Bundle:
     # -- loading -----------------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike, providers: list[str] | None = None, engine: str = "auto",
-             threads: int = 0, spin: bool = True) -> Bundle:
+             threads: int = 0, spin: bool = True, device_state: bool | None = None,
+             cuda_graph: bool = False) -> Bundle:
         """Validate the manifest and every listed file, then open the graphs.
 
         threads / spin: onnxruntime's intra-op threads (0: one per physical core) and whether
@@ -162,6 +65,16 @@ class Bundle:
         built them (tensorrt or tensorrt_rtx) can be imported (an engine this machine cannot run,
         for want of that release or a supported GPU, is refused in one line), otherwise
         onnxruntime; "onnxruntime" or "tensorrt" force one.
+
+        device_state: where the decoding state lives (docs/runtime.md, "Where the decoding
+        state lives"). None: on the device when the decoder step runs on a GPU (CUDA or
+        TensorRT) and the bundle has its `cache_update` graph, else in host memory; True: on
+        the device (on the CPU provider, onnxruntime tensors in host memory: the same code
+        path, which is how it is tested without a GPU); False: in host memory (on a GPU every
+        step then copies the cache to the device and back).
+
+        cuda_graph: capture the decoder step and the cache update as CUDA graphs (one per
+        ping-pong side and beam size) and replay them; needs the device path on a GPU.
         """
         root = Path(path)
         manifest = load_manifest(root)
@@ -172,15 +85,18 @@ class Bundle:
             raise EdgecapError(f"bundle {root} has no TensorRT engines (export with --engine trt)")
         use_trt = engine == "tensorrt" or (engine == "auto" and has_engines and engines_importable(manifest))
         graphs = {}
-        for role in ("visual", "encoder", "decoder_step"):
+        for role in ROLES:
+            captured = cuda_graph and role in ("decoder_step", "cache_update")
             trt_entry = manifest.graph(role, "tensorrt") if use_trt else None
             if trt_entry is not None:
-                graphs[role] = TrtGraph(root / trt_entry.file, trt_entry, root)
+                graphs[role] = TrtGraph(root / trt_entry.file, trt_entry, root, cuda_graph=captured)
                 continue
             entry = manifest.graph(role)
             if entry is not None:
-                graphs[role] = OrtGraph(root / entry.file, entry, providers, threads=threads, spin=spin)
-        return cls(root, manifest, graphs, "tensorrt" if use_trt else "onnxruntime")
+                graphs[role] = OrtGraph(root / entry.file, entry, providers, threads=threads, spin=spin,
+                                        cuda_graph=captured)
+        device_state = _where_state_lives(root, graphs, device_state, cuda_graph)
+        return cls(root, manifest, graphs, "tensorrt" if use_trt else "onnxruntime", device_state)
 
     # -- what the bundle is ------------------------------------------------------------------
     @property
@@ -216,14 +132,19 @@ class Bundle:
         return "visual" in self._graphs
 
     @property
-    def preprocessing(self) -> dict:
-        pre = self.manifest.preprocessing
-        return {} if pre is None else pre.to_dict()
+    def preprocessing(self) -> Preprocessing | None:
+        """How camera frames are prepared for the visual graph (None: the bundle reads features)."""
+        return self.manifest.preprocessing
 
     @property
-    def decoding(self) -> dict:
-        d = self.manifest.decoding
-        return {"beam_size": d.beam_size, "max_len": d.max_len, "length_penalty": d.length_penalty}
+    def decoding(self) -> DecodingDefaults:
+        """The export's default beam size, caption length and length penalty."""
+        return self.manifest.decoding
+
+    @property
+    def state(self) -> DecodingState:
+        """The decoding state's description: cache and cross tensors, TopK width, cache update."""
+        return self.manifest.state
 
     @property
     def providers(self) -> list[str]:
@@ -244,7 +165,7 @@ class Bundle:
         """Inputs `encode` takes after (feats, mask), e.g. RA-T's retrieved caption tokens."""
         return list(self.manifest.state.encode_extra_names)
 
-    def encode(self, feats: np.ndarray, mask: np.ndarray, *extra: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _encoder_feeds(self, feats: np.ndarray, mask: np.ndarray, extra: tuple) -> dict[str, np.ndarray]:
         """With a retriever in the bundle and no extras given, retrieval supplies them."""
         if not extra and self.retriever is not None:
             extra = (self.retriever(feats, mask),)
@@ -254,13 +175,38 @@ class Bundle:
                 f"bundle {self.path}: encode takes features, mask and {len(names) - 2} extra input(s) "
                 f"({', '.join(names[2:]) or 'none'}), got {len(extra)}"
             )
-        return tuple(self._graphs["encoder"].run(dict(zip(names, (feats, mask, *extra), strict=False))))
+        return dict(zip(names, (feats, mask, *extra), strict=False))
 
-    def stepper(self, cross: tuple[np.ndarray, ...], beam: int | None = None) -> BundleStepper:
-        """A Stepper over batch * beam rows (default: all batch * beam_size rows)."""
-        return BundleStepper(self, cross, self.beam_size if beam is None else beam)
+    def encode(self, feats: np.ndarray, mask: np.ndarray, *extra: np.ndarray) -> tuple[np.ndarray, ...]:
+        """-> the cross tensors as numpy arrays, in the state description's order."""
+        return tuple(self._graphs["encoder"].run(self._encoder_feeds(feats, mask, extra)))
 
-    def decode(self, cross: tuple[np.ndarray, ...], options: DecodeOptions | None = None) -> Hypotheses:
+    def encode_for_decoding(self, feats: np.ndarray, mask: np.ndarray, *extra: np.ndarray):
+        """The cross tensors where `decode` reads them: on the device path written by the
+        encoder straight into the decoder's device tensors (a `DeviceCross`, valid until the
+        next encode), else `encode`'s numpy arrays."""
+        encoder = self._graphs["encoder"]
+        if not self.device_state or type(encoder) is not type(self._graphs["decoder_step"]) \
+                or encoder.memory != self._graphs["decoder_step"].memory:
+            return self.encode(feats, mask, *extra)
+        cross = self._cross_tensors()
+        encoder.run_into(self._encoder_feeds(feats, mask, extra), cross.tensors)
+        return cross.handle()
+
+    def _cross_tensors(self) -> CrossTensors:
+        if self._cross is None:
+            self._cross = CrossTensors(self._graphs["decoder_step"], self.manifest.state.cross_graph_names)
+        return self._cross
+
+    def stepper(self, cross: tuple[np.ndarray, ...] | DeviceCross, beam: int | None = None):
+        """A Stepper over batch * beam rows (default: all batch * beam_size rows), its state
+        where `device_state` says."""
+        beam = self.beam_size if beam is None else beam
+        if self.device_state:
+            return DeviceStepper(self, self._cross_tensors(), beam).reset(cross)
+        return HostStepper(self, cross, beam)
+
+    def decode(self, cross: tuple[np.ndarray, ...] | DeviceCross, options: DecodeOptions | None = None) -> Hypotheses:
         options = options or DecodeOptions(beam_size=self.beam_size, max_len=self.max_len,
                                            length_penalty=self.manifest.decoding.length_penalty)
         if not 1 <= options.beam_size <= self.beam_size:
@@ -281,3 +227,28 @@ class Bundle:
     def captions(self, hyp: Hypotheses) -> list[str]:
         """The best hypothesis of each image as text (specials dropped, up to EOS)."""
         return [" ".join(self.manifest.vocab.decode(row)) for row in np.asarray(hyp.tokens)[:, 0]]
+
+
+def _where_state_lives(root: Path, graphs: dict, asked: bool | None, cuda_graph: bool) -> bool:
+    """Whether the decoding state lives on the device (see `Bundle.load`); a request that
+    cannot be met is a one-line error."""
+    step, update = graphs["decoder_step"], graphs.get("cache_update")
+    together = update is not None and type(update) is type(step) and update.memory == step.memory
+    on_gpu = step.memory == "cuda"
+    if asked is None:
+        asked = on_gpu and together
+        if on_gpu and update is None:
+            say_once(f"bundle {root} has no cache_update graph, so its decoding state is copied between host and "
+                     f"GPU every step: re-export it with this edgecap version to keep it on the GPU")
+    if asked and not together:
+        why = ("it has no cache_update graph (re-export it with this edgecap version)" if update is None else
+               "its decoder step and cache_update graph do not run in the same memory")
+        raise EdgecapError(f"bundle {root}: the decoding state cannot stay on the device: {why}")
+    if asked and step.memory is None:
+        raise EdgecapError(f"bundle {root}: the decoding state cannot stay on the device: edgecap holds no "
+                           f"tensors for {step.providers[0]}")
+    if cuda_graph and not (asked and on_gpu):
+        raise EdgecapError(f"bundle {root}: CUDA graphs need the decoding state on a GPU "
+                           f"(device_state and the CUDA or TensorRT provider, or TensorRT engines)")
+    return bool(asked)
+

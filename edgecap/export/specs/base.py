@@ -7,6 +7,11 @@
                   -> logprobs [R, V], top_logprobs / top_tokens [R, K] (TopK: the K best tokens of
                      every row, ties to the lower id), and per cache tensor its new slot
 
+    cache_update  step [] int64, parent [R] int64, cache tensors, their `.new` slots
+                  -> per cache tensor `<name>.next`: the slot written at `step`, then the rows
+                     gathered by `parent` (no weights: what a device-resident runtime runs
+                     between steps so the cache never leaves the device)
+
 with B = batch, K = beam and R = B * K (the beams of an image consecutive). A tensor the model
 stacks per decoder layer (cache fields, cross K/V) is a separate graph tensor per layer,
 `<name>.<layer>`: onnxruntime copies any slice of a graph input, so a stacked input would be
@@ -26,11 +31,12 @@ from torch import nn
 
 from edgecap.contract.manifest import FrontEndInfo
 from edgecap.contract.preprocess import Preprocessing
-from edgecap.contract.state import CACHE_OUT_SUFFIX
+from edgecap.contract.state import CACHE_NEXT_SUFFIX, CACHE_OUT_SUFFIX
 from edgecap.models.registry import Registry
 
 TOKEN, STEP, LOGPROBS = "token", "step", "logprobs"
 TOP_LOGPROBS, TOP_TOKENS = "top_logprobs", "top_tokens"
+PARENT = "parent"
 # name (a model's `export_spec`) -> spec class; every module of this package registers its own
 EXPORT_SPECS = Registry("export spec", ("edgecap.export.specs",))
 
@@ -98,6 +104,41 @@ class _Step(nn.Module):
         logprobs, new = m.step(token, step, cache, cross)
         top, tokens = torch.topk(logprobs, self.top_k, dim=-1)
         return (logprobs, top, tokens, *[t for per_layer in new for t in per_layer])
+
+
+class _CacheUpdate(nn.Module):
+    """The cache for the next step, in the rows' new order: each tensor's new slot written at
+    `step` along its slot axis (the whole tensor replaced where it has none), then its rows
+    gathered by `parent` along its batch axis. Data movement only: no weights, no arithmetic,
+    so every precision of a bundle shares this fp32 graph."""
+
+    def __init__(self, tensors):
+        super().__init__()
+        self.tensors = tensors  # one StateTensor per graph cache tensor, in the step's order
+
+    def forward(self, step, parent, *tensors):
+        n = len(self.tensors)
+        out = []
+        for described, cache, new in zip(self.tensors, tensors[:n], tensors[n:], strict=True):
+            if described.slot_axis is None:
+                written = new
+            else:
+                axis = described.slot_axis
+                shape = [1] * cache.dim()
+                shape[axis] = cache.shape[axis]
+                hit = (torch.arange(cache.shape[axis]) == step).view(shape)  # broadcasts the [.., 1, ..] slot
+                written = torch.where(hit, new, cache)
+            out.append(written.index_select(described.batch_axis, parent))
+        return tuple(out)
+
+
+def new_slot_shape(shape, slot_axis: int | None) -> list[int]:
+    """The shape of a cache tensor's `.new` output: one slot along the slot axis, or the whole
+    tensor where it has none."""
+    out = list(shape)
+    if slot_axis is not None:
+        out[slot_axis] = 1
+    return out
 
 
 class ExportSpec:
@@ -205,6 +246,7 @@ class ExportSpec:
         out.append(GraphSpec("encoder", _Encoder(self.model).eval(), ["features", "mask", *self.extra_names],
                              self.model.state.graph_names("cross"), (feats, mask, *extra), self.encoder_atol))
         out.append(self.step_graph(feats, mask, extra))
+        out.append(self.cache_update_graph())
         return out
 
     def step_graph(self, feats, mask, extra=()) -> GraphSpec:
@@ -221,4 +263,23 @@ class ExportSpec:
             (token, step, *cache, *cross),
             self.step_atol,
             unused_inputs=self.step_unused_inputs,
+        )
+
+    def cache_update_graph(self) -> GraphSpec:
+        m = self.model
+        tensors = m.state.graph_tensors("cache")
+        cache = split_layers(m.init_cache(self.rows), m.state.cache)
+        new = [torch.zeros(new_slot_shape(c.shape, t.slot_axis), dtype=c.dtype) for c, t in zip(cache, tensors, strict=True)]
+        names = [t.name for t in tensors]
+        # a tensor replaced whole (an LSTM's state) is never read, only its new value; a graph
+        # of only such tensors never reads `step` either
+        whole = tuple(t.name for t in tensors if t.slot_axis is None)
+        unused = whole + ((STEP,) if len(whole) == len(tensors) else ())
+        return GraphSpec(
+            "cache_update", _CacheUpdate(tensors).eval(),
+            [STEP, PARENT, *names, *(n + CACHE_OUT_SUFFIX for n in names)],
+            [n + CACHE_NEXT_SUFFIX for n in names],
+            (torch.tensor(0, dtype=torch.long), torch.arange(self.rows), *cache, *new),
+            0.0,
+            unused_inputs=unused,
         )
