@@ -172,15 +172,18 @@ def test_exports_without_cumprod_and_carries_the_clustering_state(tmp_path, run_
     assert code == 0, err
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     parity = manifest["parity"]["onnxruntime"]
-    assert parity["passed"] and parity["beam_identical"] == 1.0
+    # identical captions, but for near-ties fp32 rounding broke the other way: an untrained model's
+    # beams hold some, and which way they fall depends on the CPU's kernels (edgecap.export.verify)
+    assert parity["passed"] and parity["beam_identical"] * parity["samples"] + parity.get("beam_ties", 0) == parity["samples"]
     layers = range(model.cfg.dec_layers)
     cache = manifest["state"]["cache"]
     assert [t["name"] for t in cache] == ["self_k", "self_v", "clu_a", "clu_u"]
     assert all(t["per_layer"] for t in cache) and manifest["state"]["layers"] == len(layers)
-    step_inputs = [t["name"] for t in manifest["graphs"][-1]["inputs"]]
+    step = next(g for g in manifest["graphs"] if g["role"] == "decoder_step")
+    step_inputs = [t["name"] for t in step["inputs"]]
     assert [f"{n}.{i}" for n in ("self_k", "self_v", "clu_a", "clu_u") for i in layers] == step_inputs[2:2 + 4 * len(layers)]
     # the step returns one new slot of each: keys [R, H, dh, 1], values [R, H, 1, dh], a / u [R, 1]
-    outputs = {t["name"]: t["shape"] for t in manifest["graphs"][-1]["outputs"]}
+    outputs = {t["name"]: t["shape"] for t in step["outputs"]}
     assert outputs["clu_a.0.new"] == [4, 1] and cache[-1]["slot_axis"] == 1
     for name in ("encoder.onnx", "decoder_step.onnx"):
         ops = {n.op_type for n in onnx.load(str(tmp_path / "bundle" / name)).graph.node}

@@ -455,6 +455,8 @@ class ParityReport(_Record):
     tolerance: dict[str, float] | None = None  # per role, as the export spec states it
     tolerance_checked: dict[str, float] | None = None  # per role, the bound max_abs_delta met
     greedy_identical: float | None = None
+    greedy_ties: int | None = None  # inputs whose captions differ only by a near-tie rounding broke
+    beam_ties: int | None = None  # the same for beam captions (edgecap.export.verify)
     visual_beam_identical: float | None = None  # the bundle's features through PyTorch's decoder
     beam_size: int | None = None
     cider_references: str | None = None  # "dataset", or "pytorch captions" when the inputs have none

@@ -66,6 +66,10 @@ def _summary(result) -> list[str]:
         parts = [f"beam {p.beam_identical:.0%} identical on {p.samples} inputs"]
         if p.greedy_identical is not None:
             parts.insert(0, f"greedy {p.greedy_identical:.0%}")
+        ties = (p.greedy_ties or 0) + (p.beam_ties or 0)
+        if ties:
+            parts.append(f"{ties} near-tie(s) that fp32 rounding broke the other way (same numbers on the "
+                         "bundle's search path)")
         if p.visual_beam_identical is not None:
             parts.append(f"visual graph alone: beam {p.visual_beam_identical:.0%} identical")
         if p.cider_delta is not None:
