@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import numbers
+import os
 from dataclasses import dataclass
 
 from edgecap.errors import EdgecapError
@@ -135,6 +136,4 @@ FRACTION = Number(0, 1)             # an area fraction of an image
 
 def processes() -> Integer:
     """Worker processes: 1..this machine's cores (more only contend, and each loads a model)."""
-    import os
-
     return Integer(1, os.cpu_count() or 1)

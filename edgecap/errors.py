@@ -1,5 +1,9 @@
 """Errors a user can act on. The CLI prints their message on one line and exits non-zero."""
 
+import difflib
+import importlib
+import sys
+
 
 class EdgecapError(Exception):
     """A user-facing error: bad input, a missing file, an unsupported option."""
@@ -19,8 +23,6 @@ class MissingExtraError(EdgecapError):
 
 def require(module: str, extra: str, purpose: str = ""):
     """Import an optional dependency or raise a one-line MissingExtraError naming the extra."""
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -29,16 +31,12 @@ def require(module: str, extra: str, purpose: str = ""):
 
 def did_you_mean(name: str, choices) -> str:
     """' (did you mean X?)' for the closest choice, or '' when nothing is close."""
-    import difflib
-
     close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def warn(message: str) -> None:
     """One line on stderr about something that will waste the user's time, said before it does."""
-    import sys
-
     print(f"edgecap: warning: {message}", file=sys.stderr, flush=True)
 
 

@@ -39,6 +39,13 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX (no file locks)
+    fcntl = None
+
+import shlex
+
 from edgecap.errors import EdgecapError
 from edgecap.jsonio import json_or_none
 
@@ -245,9 +252,7 @@ def _log(message: str) -> None:
 
 
 def _try_lock(fd: int) -> bool:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: never prove a work directory orphaned
+    if fcntl is None:  # pragma: no cover - not POSIX: never prove a work directory orphaned
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -342,7 +347,6 @@ def _command_line() -> str:
         argv[0] = "edgecap"
     elif argv:
         argv[0] = os.path.basename(argv[0])
-    import shlex
 
     return shlex.join(argv)[:300]
 

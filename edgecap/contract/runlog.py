@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgecap.jsonio import read_bytes, read_objects
+
 # `kind` of the lines that are not captions: with --append each run opens with RUN_START and
 # closes with RUN_END (its summary); readers skip both
 RUN_START, RUN_END = "run_start", "run_end"
@@ -64,8 +66,6 @@ def read_runs(path: str | os.PathLike) -> tuple[list[RecordedRun], int]:
     """(the runs of a caption log, in order; lines that are not JSON objects, skipped). Caption
     records before any run_start form a run of their own; a run_start always opens a new run,
     so a killed run (no run_end) ends where the next one starts."""
-    from edgecap.jsonio import read_bytes, read_objects
-
     lines = read_objects(read_bytes(path, "caption log"))
     runs: list[RecordedRun] = []
     current: RecordedRun | None = None

@@ -29,6 +29,7 @@ from pathlib import Path
 from edgecap.contract.objects import box_fraction, check_area
 from edgecap.data.classes import ACVR_CLASSES, BACKGROUND_CLASS, challenge_class
 from edgecap.errors import EdgecapError
+from edgecap.jsonio import read_json
 
 RGB_SUFFIXES = (".png", ".jpg", ".jpeg")
 _KNOWN = frozenset(ACVR_CLASSES)
@@ -160,8 +161,6 @@ def _find_rgb(seq_dir: Path, frame_id: str, meta: dict, images_root: Path | None
 
 
 def read_labels(path: Path) -> dict:
-    from edgecap.jsonio import read_json
-
     labels = read_json(path)
     if not isinstance(labels, dict):
         raise EdgecapError(f"{path}: expected an object of frame ids, got {type(labels).__name__}")

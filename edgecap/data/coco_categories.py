@@ -9,10 +9,12 @@ ids skip 12, 26, 29, 30, 45, 66, 68, 69, 71 and 83.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgecap.errors import EdgecapError, require
+from edgecap.jsonio import read_bytes
 
 # instances_val2017.json "categories": id -> name (the official spelling; canonical_class maps
 # "tv" to "television" as everywhere else)
@@ -125,10 +127,6 @@ def load_categories(path: str | Path, flag: str = "--categories") -> Categories:
     """`--categories FILE`: a COCO-format annotation file's "categories" (any JSON document with
     that key), or an ultralytics data.yaml's `names` (.yaml / .yml). `flag` names the option in
     messages (`eval coverage --classes FILE` reads the same files)."""
-    import json
-
-    from edgecap.jsonio import read_bytes
-
     where = f"{flag} {path}"
     raw = read_bytes(path, where=where)
     if Path(path).suffix.lower() in (".yaml", ".yml"):

@@ -27,7 +27,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from edgecap.contract.preprocess import preprocess_as
 from edgecap.contract.vocab import Vocab
+from edgecap.data.features import FeatureStore
 from edgecap.data.karpathy import KarpathyImage
 from edgecap.errors import EdgecapError
 
@@ -64,8 +66,6 @@ class ImageSource:
         return image
 
     def load(self, item: KarpathyImage, rng: np.random.Generator | None):
-        from edgecap.contract.preprocess import preprocess_as
-
         x = preprocess_as(self._read(item), self.preprocessing)
         if rng is not None and self.augment == "shift" and self.shift > 0:
             # Translate by (dx, dy) with edge pixels replicated into the uncovered border.
@@ -83,8 +83,6 @@ class FeatureSource:
     takes_images = False
 
     def __init__(self, path: str | os.PathLike, n_regions: int, d_in: int):
-        from edgecap.data.features import FeatureStore
-
         self.store = FeatureStore(path, n_regions=n_regions)
         self.d_in = d_in
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgecap.argtypes import BATCH, FRONTEND_SIDE
-from edgecap.errors import EdgecapError
+from edgecap.data.karpathy import FOLD, KARPATHY_SOURCE, find_image, image_id_of, missing_image
+from edgecap.errors import EdgecapError, random_front_end, warn
 from edgecap.jsonio import read_json
 from edgecap.progress import progress_bar
 
@@ -58,12 +59,8 @@ def read_split_images(split_file: str | Path, images: str | Path, splits: set[st
     `splits` names Karpathy's splits; "train" includes "restval", as training reads the file
     (edgecap.data.karpathy), so the features cover every image a run will ask for.
     """
-    from edgecap.data.karpathy import FOLD, find_image, image_id_of, missing_image
-
     split_file, images = Path(split_file), Path(images)
     if not split_file.is_file():
-        from edgecap.data.karpathy import KARPATHY_SOURCE
-
         raise EdgecapError(f"split file {split_file} does not exist; {KARPATHY_SOURCE}")
     unknown = sorted(set(splits or ()) - set(FOLD))
     if unknown:
@@ -162,7 +159,6 @@ def run(args) -> int:
     splits = {s.strip() for s in args.splits.split(",") if s.strip()} or None
     items = read_split_images(args.split_file, args.images, splits)
     if not args.weights:  # said once the inputs are known to be there: never beside their error
-        from edgecap.errors import random_front_end, warn
 
         warn(random_front_end(args.backbone, "pass --weights FILE (docs/frontends.md)"))
     stats = extract_features(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from edgecap.contract.vocab import tokenize
 from edgecap.errors import EdgecapError
+from edgecap.jsonio import read_json
 
 # Where a reader who has never had one gets a split file (docs/training.md#getting-coco).
 KARPATHY_SOURCE = ("COCO's is dataset_coco.json in Karpathy's caption_datasets.zip "
@@ -111,7 +112,6 @@ def load_karpathy(
     path = Path(path)
     if not path.is_file():
         raise EdgecapError(f"Karpathy split file {path} does not exist; {KARPATHY_SOURCE}")
-    from edgecap.jsonio import read_json
 
     data = read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):

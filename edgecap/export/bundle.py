@@ -8,6 +8,7 @@ is not an edgecap bundle is ever replaced.
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import sys
@@ -34,10 +35,15 @@ from edgecap.contract.manifest import (
     Vocabulary,
 )
 from edgecap.errors import EdgecapError, require
+from edgecap.export import compat
+from edgecap.export.attach import attach_frontend
 from edgecap.export.formats import ExportSettings
 from edgecap.export.rebuild import rebuild_engines
 from edgecap.export.result import ExportResult
 from edgecap.io import BUNDLE, atomic_dir, check_replaceable, probe_writable, sha256_file
+from edgecap.metrics.subset import write_bundle_vectors
+from edgecap.progress import progress_bar
+from edgecap.runtime.tensorrt_dist import DISTRIBUTIONS, choose, installed, load
 
 if TYPE_CHECKING:  # the types of ExportState's fields (imported where the steps use them)
     from tqdm import tqdm
@@ -65,10 +71,7 @@ def default_out(checkpoint: Path, s: ExportSettings) -> Path:
 
 
 def versions() -> Versions:
-    import importlib
     import importlib.metadata as md
-
-    from edgecap.runtime.tensorrt_dist import DISTRIBUTIONS, installed
 
     out = {"python": platform.python_version()}
     for name in ("edgecap", "torch", "onnx", "onnxruntime", "onnxscript"):
@@ -83,8 +86,6 @@ def versions() -> Versions:
 
 
 def _progress(total: int, enabled: bool):
-    from edgecap.progress import progress_bar
-
     return progress_bar(total=total, desc="export", unit="step", leave=False, quiet=not enabled)
 
 
@@ -92,8 +93,6 @@ def _check(path: Path, checks: dict[str, GraphCheck], trt: bool, ranges: dict | 
            run_polygraphy: bool = False, tensorrt: str = "auto") -> None:
     """Record in the manifest's `checks` what TensorRT's parser (edgecap's list where no TensorRT
     imports) makes of the graph at `path`; when building engines, refuse a graph it cannot build."""
-    from edgecap.export import compat
-
     report = compat.check_file(path, ranges, run_polygraphy=run_polygraphy, tensorrt=tensorrt)
     checks[path.name] = GraphCheck(report.ok, list(report.problems), report.checked_by)
     if trt:
@@ -154,8 +153,6 @@ class ExportState:
 
 def _distribution(settings: ExportSettings):
     """The TensorRT distribution --tensorrt names (auto: tensorrt, else tensorrt_rtx)."""
-    from edgecap.runtime.tensorrt_dist import choose
-
     return choose(settings.tensorrt, "--engine trt")
 
 
@@ -165,7 +162,6 @@ def _require_engine(settings: ExportSettings) -> None:
     fmt = settings.format
     if fmt.name == "trt":
         from edgecap.export.tensorrt import require_options
-        from edgecap.runtime.tensorrt_dist import load
 
         trt = load(_distribution(settings), "--engine trt")
         require_options(trt, settings.precision, settings.int8_mode, settings.timing_cache)
@@ -191,8 +187,6 @@ def _load_model(checkpoint: Path, settings: ExportSettings):
     torch.manual_seed(0)
     ckpt = load_checkpoint(checkpoint)
     if settings.frontend:
-        from edgecap.export.attach import attach_frontend
-
         for note in attach_frontend(ckpt, settings.frontend, settings.visual_weights, settings.image_size):
             print(f"note: {note}", file=sys.stderr)
     check_finite(ckpt.model.state_dict(), f"checkpoint {checkpoint}", "a bundle of it would caption nothing "
@@ -251,7 +245,6 @@ def _coverage_vectors(tmp: Path, itos) -> CoverageVectors | None:
     """The word vectors coverage needs for this vocabulary (edgecap.metrics.subset), so a robot
     loads a few hundred kB instead of the 400,000-word table; None without edgecap[nlp]."""
     from edgecap.metrics.glove import SUBSET_FILE
-    from edgecap.metrics.subset import write_bundle_vectors
 
     words = write_bundle_vectors(tmp, itos, SUBSET_FILE)
     return None if words is None else CoverageVectors(SUBSET_FILE, sha256_file(tmp / SUBSET_FILE), words)

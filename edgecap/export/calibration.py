@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.contract.beam import DecodeOptions
+from edgecap.errors import EdgecapError
 from edgecap.runtime.session import Bundle
 
 
@@ -75,7 +76,6 @@ def folder_frames(folder: str, count: int) -> list[np.ndarray]:
     as `edgecap run` reads a folder (edgecap.runtime.sources.read_image): an empty, damaged or
     undecodable image, or a name that is a symbolic link loop, is refused naming it (a grey half
     of a cut JPEG would calibrate the int8 ranges silently)."""
-    from edgecap.errors import EdgecapError
     from edgecap.runtime.sources import BadFrame, folder_images, no_images_reason, read_image
 
     path = Path(folder)

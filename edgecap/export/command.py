@@ -11,7 +11,8 @@ import argparse
 import shlex
 
 from edgecap.argtypes import FRONTEND_SIDE, Integer
-from edgecap.export.formats import CHOICES, FORMATS, SIZES, SUPPORTED_OPSETS
+from edgecap.errors import random_front_end, warn
+from edgecap.export.formats import CHOICES, FORMATS, SIZES, SUPPORTED_OPSETS, resolve_settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,7 +96,6 @@ def _summary(result) -> list[str]:
 
 def run(args) -> int:
     from edgecap.export.bundle import export_bundle
-    from edgecap.export.formats import resolve_settings
 
     settings = resolve_settings({k: getattr(args, k) for k in OPTION_KEYS})
     result = export_bundle(args.checkpoint, settings, progress=not args.quiet)
@@ -103,8 +103,6 @@ def run(args) -> int:
         print(line)
     frontend = result.manifest.frontend
     if frontend is not None and frontend.random_weights:
-        from edgecap.errors import random_front_end, warn
-
         warn(random_front_end(frontend.backbone, "export again with --visual-weights FILE"))
     if result.manifest.input == "images":
         print(f"run it: edgecap run {shlex.quote(str(result.path))} --source 0   (camera 0; or a video, folder, synth://tabletop)")

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgecap.errors import EdgecapError, require
+from edgecap.runtime import tensorrt_dist
 
 # TensorRT parses If / Loop / Scan, but an exported captioning graph is straight-line by design
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
@@ -207,8 +208,6 @@ def check_file(path: str | Path, value_ranges: dict[str, tuple] | None = None, r
                tensorrt: str = "auto") -> CompatReport:
     """The checks on one graph file. tensorrt: the distribution whose parser judges it ("auto":
     TensorRT, else TensorRT for RTX, else edgecap's list when neither imports)."""
-    from edgecap.runtime import tensorrt_dist
-
     onnx = require("onnx", "train", "ONNX compatibility checks")
     path = Path(path)
     dist = tensorrt_dist.available() if tensorrt == "auto" else tensorrt_dist.DISTRIBUTIONS[tensorrt]

@@ -13,9 +13,15 @@ on `synth://tabletop`, with coverage against the world's exact objects. Works of
 from __future__ import annotations
 
 import sys
+from importlib import resources
 from pathlib import Path
 
 from edgecap.argtypes import BEAM, COUNT, IMAGE_SIDE, POSITIVE, SEED
+from edgecap.errors import EdgecapError, require
+from edgecap.export.formats import resolve_settings
+from edgecap.io import check_file_target, json_file_with, sha256_file, write_json_atomic
+from edgecap.jsonio import json_or_none
+from edgecap.png import check_target, save_image
 
 DEMO_ASSET = "demo-smart.pt"
 STAMP = "bundle.source.json"
@@ -41,14 +47,11 @@ def add_arguments(parser) -> None:
 
 
 def demo_checkpoint() -> Path:
-    from importlib import resources
-
     return Path(str(resources.files("edgecap") / "assets" / DEMO_ASSET))
 
 
 def _stamp(checkpoint: Path, beam: int) -> dict:
     from edgecap.contract.manifest import FORMAT_VERSION
-    from edgecap.io import sha256_file
 
     # the bundle format too: a bundle cached by an older edgecap is exported again, not refused
     return {"checkpoint": str(checkpoint), "sha256": sha256_file(checkpoint),
@@ -58,10 +61,6 @@ def _stamp(checkpoint: Path, beam: int) -> dict:
 
 def ensure_bundle(checkpoint: Path, out: Path, beam: int, reexport: bool = False, log=print) -> Path:
     """OUT/bundle exported from `checkpoint`, re-exported only when the stamp differs."""
-    from edgecap.errors import require
-    from edgecap.io import write_json_atomic
-    from edgecap.jsonio import json_or_none
-
     bundle, stamp_path = out / "bundle", out / STAMP
     stamp = _stamp(checkpoint, beam)
     if not reexport and bundle.is_dir() and stamp_path.is_file():
@@ -70,7 +69,6 @@ def ensure_bundle(checkpoint: Path, out: Path, beam: int, reexport: bool = False
             return bundle
     require("torch", "train", "edgecap demo exports the demo checkpoint with PyTorch")
     from edgecap.export.bundle import export_bundle
-    from edgecap.export.formats import resolve_settings
 
     log(f"exporting {checkpoint} -> {bundle} (once per checkpoint; cached in {stamp_path.name})")
     settings = dict(stamp["export"], out=str(bundle), force=True)
@@ -99,8 +97,6 @@ class Stills:
         import cv2
         import numpy as np
 
-        from edgecap.png import save_image
-
         if not self.images:
             return None
         height = max(im.shape[0] for im in self.images)
@@ -113,9 +109,6 @@ def check_outputs(out: Path) -> None:
     """Before the export: OUT's files that the demo rewrites are the demo's own. Its stamp must
     be one; frames.png is the demo's when marked as edgecap's, or when OUT holds the demo's
     stamp (an OUT the demo wrote before PNGs were marked)."""
-    from edgecap.io import check_file_target, json_file_with
-    from edgecap.png import check_target
-
     stamp = out / STAMP
     is_stamp = json_file_with("checkpoint", "sha256", "export")
     check_file_target(stamp, is_stamp, "the demo's export stamp")
@@ -124,7 +117,6 @@ def check_outputs(out: Path) -> None:
 
 
 def run(args) -> int:
-    from edgecap.errors import EdgecapError
     from edgecap.runtime.captioner import Captioner
     from edgecap.runtime.command import RunSettings, execute
 

@@ -15,6 +15,8 @@ import logging
 import warnings
 from pathlib import Path
 
+import torch
+
 from edgecap.errors import EdgecapError, require
 from edgecap.export.specs.base import GraphSpec
 
@@ -39,8 +41,6 @@ def tensor_specs(values) -> list[dict]:
 
 
 def _torch_export(spec: GraphSpec, path: Path, opset: int, exporter: str) -> None:
-    import torch
-
     kwargs = dict(input_names=spec.input_names, output_names=spec.output_names, opset_version=opset)
     noise = io.StringIO()
     # nn.MultiheadAttention (open_clip's ViT blocks) takes a fused fast path in eval mode under

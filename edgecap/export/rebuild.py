@@ -29,6 +29,7 @@ from edgecap.errors import EdgecapError
 from edgecap.export import compat
 from edgecap.export.result import ExportResult
 from edgecap.io import BUNDLE, KINDS, atomic_dir
+from edgecap.runtime.tensorrt_dist import DISTRIBUTIONS, choose, installed, load
 
 
 def random_model_inputs(manifest: Manifest, seed: int = 0) -> tuple[tuple, tuple]:
@@ -123,7 +124,6 @@ def rebuild_engines(bundle_dir: Path, settings, progress: bool = True):
         require_options,
         timing_cache_path,
     )
-    from edgecap.runtime.tensorrt_dist import DISTRIBUTIONS, choose, installed, load
 
     _require_bundle(bundle_dir)
     if settings.engine != "trt":

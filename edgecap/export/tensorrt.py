@@ -48,6 +48,7 @@ import numpy as np
 from edgecap.contract.manifest import ParityNotRun, TensorRTInfo
 from edgecap.errors import EdgecapError
 from edgecap.io import atomic_path
+from edgecap.progress import progress_bar
 from edgecap.runtime.engines import (
     TRT_DTYPES,
     check_io_table,
@@ -315,8 +316,6 @@ def _where_built(dist: Distribution, targets: list[str]) -> dict:
 
 
 def _build_bar(onnx_path: Path, progress: bool):
-    from edgecap.progress import progress_bar
-
     return progress_bar(total=1, desc=f"TensorRT {onnx_path.stem}", unit="step", leave=False, quiet=not progress)
 
 

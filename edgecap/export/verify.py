@@ -32,19 +32,26 @@ beam reorder puts the bundle's numbers off PyTorch's along its path and still fa
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import cv2
 import numpy as np
 import torch
 
 from edgecap.config_paths import from_run_start
 from edgecap.contract.beam import DecodeOptions, beam_search
+from edgecap.contract.preprocess import preprocess_as
+from edgecap.data.features import FeatureStore
+from edgecap.data.karpathy import find_image, missing_image
+from edgecap.data.synth import generate_dataset
 from edgecap.data.synth.dataset import is_world_of
 from edgecap.errors import EdgecapError
 from edgecap.export.specs.base import ExportSpec
 from edgecap.jsonio import read_json
+from edgecap.metrics.ciderd import CiderD
 from edgecap.models.decoding import CachedStepper, generate
 from edgecap.runtime.session import Bundle
 
@@ -168,11 +175,6 @@ def _refs(items: list[dict]) -> list[list[str]]:
 def _dataset_inputs(spec: ExportSpec, found: ParityData, n: int) -> ParityInputs:
     items = _dataset_items(found, n)
     if spec.takes_images:
-        import cv2
-
-        from edgecap.contract.preprocess import preprocess_as
-        from edgecap.data.karpathy import find_image, missing_image
-
         if found.images is None:
             raise EdgecapError(f"parity data {found.label}: the model reads images but the data has none "
                                f"(pass --data DIR: a dataset_coco.json with its images)")
@@ -189,8 +191,6 @@ def _dataset_inputs(spec: ExportSpec, found: ParityData, n: int) -> ParityInputs
             arrays.append(preprocess_as(bgr, pre))
         inputs = (torch.from_numpy(np.stack(arrays)), *spec.extra_inputs(len(items)))
     else:
-        from edgecap.data.features import FeatureStore
-
         if found.features is None:
             raise EdgecapError(f"parity data {found.label}: the model reads features but the data has no HDF5 file")
         with FeatureStore(found.features, n_regions=spec.cfg.n_regions) as store:
@@ -204,10 +204,6 @@ def _dataset_inputs(spec: ExportSpec, found: ParityData, n: int) -> ParityInputs
 def _fresh_world_inputs(spec: ExportSpec, n: int, synth: dict) -> ParityInputs:
     """`n` unseen scenes of the checkpoint's own synthetic world (its size and image format, the
     next seed), generated into a temporary folder: real images with real references."""
-    import tempfile
-
-    from edgecap.data.synth import generate_dataset
-
     seed = int(synth.get("seed", 0)) + 1
     size, fmt = int(synth.get("size", 64)), str(synth.get("image_format", "jpg"))
     with tempfile.TemporaryDirectory(prefix="edgecap-parity-") as tmp:
@@ -418,8 +414,6 @@ def parity_gate(spec: ExportSpec, bundle: Bundle, inputs: ParityInputs, precisio
 
 
 def _cider(torch_seqs, bundle_seqs, refs, vocab, bundle) -> dict:
-    from edgecap.metrics.ciderd import CiderD
-
     def text(seq):
         return " ".join(vocab.decode(list(seq))) or "<empty>"
 

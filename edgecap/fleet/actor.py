@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from edgecap.metrics.vocabulary import load_vocabulary
+
 from .reading import END, decode_objects
 
 
@@ -64,8 +66,6 @@ class CaptionActor:
 
             classes = None
             if vocabulary is not None:
-                from edgecap.metrics.vocabulary import load_vocabulary
-
                 classes = load_vocabulary(vocabulary)
             annotator = self._annotators[vocabulary] = CoverageAnnotator(
                 self.coverage, log=lambda message: print(f"edgecap fleet actor {self.name}: {message}", flush=True),

@@ -11,8 +11,13 @@ logs that are not finished. docs/fleet.md has the rest.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from edgecap.argtypes import BEAM, THREADS, Integer, Number
+from edgecap.contract.objects import AREAS
+from edgecap.errors import EdgecapError
+
+from .job import FleetOptions, run_fleet
 
 ACTORS = Integer(1, 100_000)
 ACTOR_CPUS = Number(above=0, high=1024)
@@ -21,8 +26,6 @@ STORE_MB = Integer(80, 1 << 22)          # Ray refuses an object store under 75 
 
 
 def add_arguments(parser) -> None:
-    from edgecap.contract.objects import AREAS
-
     parser.add_argument("bundle", help="an exported bundle directory (edgecap export), readable at this path on "
                                        "every node of the cluster")
     parser.add_argument("logs", nargs="+", metavar="LOGS",
@@ -69,17 +72,11 @@ def add_arguments(parser) -> None:
 
 
 def options_from_args(args):
-    from edgecap.errors import EdgecapError
-
-    from .job import FleetOptions
-
     if args.all_topics and args.topic:
         raise EdgecapError("--topic and --all-topics both choose topics; give one of them")
     if args.categories and not args.detections:
         raise EdgecapError("--categories applies to COCO results in --detections; no --detections was given")
     if args.detections is not None:
-        from pathlib import Path
-
         if not Path(args.detections).expanduser().is_dir():
             raise EdgecapError(f"--detections {args.detections}: not a folder; expected a folder of per-log detection "
                                "files (docs/fleet.md)")
@@ -97,7 +94,5 @@ def options_from_args(args):
 
 
 def run(args) -> int:
-    from .job import run_fleet
-
     run_fleet(options_from_args(args))
     return 0

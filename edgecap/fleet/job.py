@@ -26,7 +26,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgecap.errors import EdgecapError
+from edgecap import __version__
+from edgecap.errors import EdgecapError, require
+from edgecap.io import WorkDir, sha256_file, write_json_atomic
+
+from .plan import JobSettings, Layout, discover, open_out
+from .report import FleetReport, Progress, summary_lines
 
 READ_CPUS = 0.25                 # a read task's logical CPUs: reading is mostly I/O and copying
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
@@ -98,7 +103,6 @@ def bundle_facts(path: str, beam: int | None):
     """(manifest, sha256 of manifest.json) of a bundle every actor will open; one line when it
     is not a bundle, fails its hashes, reads features, or cannot run `beam`."""
     from edgecap.contract.manifest import MANIFEST_NAME, load_manifest
-    from edgecap.io import sha256_file
 
     manifest = load_manifest(path)
     if manifest.graph("visual") is None:
@@ -112,8 +116,6 @@ def bundle_facts(path: str, beam: int | None):
 
 def _ray():
     """Ray with Ray Data, or the one-line message naming the extra."""
-    from edgecap.errors import require
-
     ray = require("ray", "fleet", "captioning a fleet's logs on a Ray cluster")
     require("ray.data", "fleet", "captioning a fleet's logs on a Ray cluster")
     return ray
@@ -158,11 +160,6 @@ def _quiet_ray_data(ray) -> None:
 
 def run_fleet(options: FleetOptions, out=None) -> dict:
     """Caption the logs of `options` into --out; -> the summary (also OUT/summary.json)."""
-    from edgecap import __version__
-    from edgecap.io import WorkDir
-
-    from .plan import JobSettings, Layout, discover, open_out
-
     out = out or sys.stdout
     if options.address and (options.num_cpus is not None or options.object_store_mb is not None):
         raise EdgecapError("--num-cpus and --object-store-mb size the local cluster; with --address the cluster "
@@ -185,11 +182,7 @@ def run_fleet(options: FleetOptions, out=None) -> dict:
 
 
 def _run_claimed(options, manifest, sha256, layout, logs, settings, out) -> dict:
-    from edgecap import __version__
-    from edgecap.io import write_json_atomic
-
     from .outputs import finished, remove_orphans_under
-    from .report import FleetReport, Progress, summary_lines
 
     remove_orphans_under(layout.root)
     pending = {unit: log for unit, log in enumerate(logs) if not finished(layout, log, settings)}

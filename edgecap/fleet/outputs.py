@@ -29,6 +29,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgecap.io import WORK_SUFFIX, atomic_path, check_file_target, remove_orphans
+
 from .plan import JobSettings, Layout, LogInput, settings_fingerprint
 from .reading import END, decode_objects
 
@@ -174,8 +176,6 @@ def _write_part(layout: Layout, log: LogInput, tables: list[list[dict]], setting
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from edgecap.io import atomic_path, check_file_target
-
     part = layout.part(log.key)
     part.parent.mkdir(parents=True, exist_ok=True)
     check_file_target(part, _part_metadata_ok, "a dataset part written by edgecap fleet", "--out")
@@ -234,8 +234,6 @@ def remove_orphans_under(root: Path) -> list[Path]:
     """Remove the work directories a killed job left under `root` (edgecap.io's rule: only those
     whose writer is dead). A job killed between renaming a file into place and removing its work
     directory leaves one beside a finished file, which no later write of that file would clear."""
-    from edgecap.io import WORK_SUFFIX, remove_orphans
-
     removed = []
     for work in sorted(root.rglob(f".*{WORK_SUFFIX}")):
         if work.is_dir() and work.parent.exists():

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
+from edgecap.io import probe_writable, write_json_atomic
+from edgecap.jsonio import json_or_none
 
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm")
 LOG_FILE_SUFFIXES = (".mcap", ".db3", ".bag")
@@ -181,9 +183,6 @@ def open_out(layout: Layout, settings: JobSettings) -> bool:
     """Make --out ready for `settings`: a new or empty folder becomes a fleet output (True); a
     fleet output of the same settings is resumed (False). A folder that is not a fleet output,
     or one made with other settings, is refused in one line naming the difference."""
-    from edgecap.io import probe_writable, write_json_atomic
-    from edgecap.jsonio import json_or_none
-
     root = layout.root
     if root.exists() and not root.is_dir():
         raise EdgecapError(f"--out {root} exists and is not a directory")

@@ -23,7 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.contract.objects import KnownObject
+from edgecap.data.coco_categories import load_categories
 from edgecap.errors import EdgecapError
+
+from .plan import LOG_FILE_SUFFIXES, VIDEO_SUFFIXES, stream_name
 
 FRAME = "frame"
 END = "end"
@@ -192,8 +195,6 @@ def detection_file(folder: str, key: str, topic: str, single: bool) -> Path | No
     """A log's detections in `folder`, named after its key without the log's suffix
     (robot1/run1.mcap -> FOLDER/robot1/run1): `<that>.<topic>.jsonl` (or .json, COCO results) for
     one of its topics, or `<that>.jsonl` when the log is captioned on one stream only."""
-    from .plan import LOG_FILE_SUFFIXES, VIDEO_SUFFIXES, stream_name
-
     base = Path(folder) / key
     if base.suffix.lower() in LOG_FILE_SUFFIXES + VIDEO_SUFFIXES:
         base = base.with_suffix("")
@@ -214,8 +215,6 @@ def _detections(key: str, topic: str, only: bool, options: ReadOptions, stream: 
         return None, None
     categories = None
     if options.categories:
-        from edgecap.data.coco_categories import load_categories
-
         categories = load_categories(options.categories)
     detections = Detections(path, options.area, categories=categories)
     stream["detections"] = str(path)

@@ -13,6 +13,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from edgecap.progress import bar_wanted, progress_bar
+
 
 def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
@@ -130,8 +132,6 @@ class Progress:
     """A bar on a terminal, lines elsewhere (none with --quiet)."""
 
     def __init__(self, report: FleetReport, quiet: bool = False):
-        from edgecap.progress import bar_wanted, progress_bar
-
         self.report = report
         self.quiet = quiet
         self.bar = progress_bar(total=report.pending, unit="log", desc="edgecap fleet", quiet=quiet) \

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgecap.errors import EdgecapError
+from edgecap.jsonio import json_lines, parse_json, read_bytes
 
 
 @dataclass
@@ -53,8 +54,6 @@ def _record_id(rec: dict) -> str | None:
 
 def read_captions(path: str | Path, normalize=None) -> CaptionFile:
     """Read a caption file; `normalize` maps raw image ids to the keys used for matching."""
-    from edgecap.jsonio import json_lines, parse_json, read_bytes
-
     path = Path(path)
     raw = read_bytes(path, "caption file")
     counts = {"records": 0, "duplicates": 0, "malformed_records": 0, "non_utf8_records": 0,

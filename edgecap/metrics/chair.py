@@ -30,7 +30,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from edgecap.data.classes import canonical_class
+from edgecap.errors import EdgecapError
+from edgecap.jsonio import read_json
+from edgecap.metrics.coco import file_aliases, id_resolver
+from edgecap.metrics.nouns import NounExtractor
 from edgecap.metrics.vocabulary import COCO, COCO_EXTRA_SYNONYMS, ClassVocabulary
 
 COCO_CLASSES: tuple[str, ...] = COCO.classes
@@ -120,8 +126,6 @@ class Chair:
 
     def read_nouns(self, spacy_model: str | None = None) -> Chair:
         """Find mentions with coverage's noun extraction over this vocabulary (spaCy)."""
-        from edgecap.metrics.nouns import NounExtractor
-
         self.extractor = NounExtractor(spacy_model, vocabulary=self.vocabulary)
         return self
 
@@ -131,10 +135,6 @@ class Chair:
         per line, its name first, then its synonyms, separated by ", ". Entries are taken as
         the paper's code splits them, so one written after a double space (" motor bike") keeps
         its leading space and matches nothing there or here."""
-        from pathlib import Path
-
-        from edgecap.errors import EdgecapError
-
         path = Path(path)
         try:
             lines = path.read_bytes().decode("utf-8").splitlines()
@@ -209,13 +209,6 @@ def load_coco_instances(path, class_of=None) -> tuple[dict[str, set[str]], objec
     ground truth); `resolve` maps a caption's image_id (the id, zero-padded or not, the file
     name or its stem) to its key, as for `eval coco`. `class_of` names a category's class
     (default `canonical_class`; a synonyms file's table maps "tv" to its own class name)."""
-    from pathlib import Path
-
-    from edgecap.data.classes import canonical_class
-    from edgecap.errors import EdgecapError
-    from edgecap.jsonio import read_json
-    from edgecap.metrics.coco import file_aliases, id_resolver
-
     path = Path(path)
     data = read_json(path, "instances file")
     if not isinstance(data, dict) or not isinstance(data.get("categories"), list) \

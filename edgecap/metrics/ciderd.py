@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.errors import EdgecapError
+from edgecap.io import atomic_path
 
 
 def ngram_counts(sentence: str, n: int = 4) -> Counter:
@@ -96,8 +97,6 @@ class CiderD:
         return self._idf
 
     def _save_df(self, path: Path, fingerprint: str) -> None:
-        from edgecap.io import atomic_path
-
         grams = "\n".join(" ".join(g) for g in self._ids).encode("utf-8")
         with atomic_path(path, suffix=".npz") as tmp:
             with open(tmp, "wb") as fh:

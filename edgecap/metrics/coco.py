@@ -18,6 +18,7 @@ from pathlib import Path
 from edgecap.data.karpathy import FOLD
 from edgecap.errors import EdgecapError, require
 from edgecap.io import stderr_lines
+from edgecap.jsonio import read_json
 
 BLEU = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4")
 
@@ -39,8 +40,6 @@ def load_references(path: str | Path, split: str | None = None) -> tuple[Referen
     picks a Karpathy split (default "test"); a COCO captions file has none, so every image it
     annotates is a reference and naming a split is an error.
     """
-    from edgecap.jsonio import read_json
-
     path = Path(path)
     data = read_json(path, "references")
     if isinstance(data, dict) and isinstance(data.get("annotations"), list):

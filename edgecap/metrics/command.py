@@ -11,6 +11,7 @@ Heavy imports (spaCy, GloVe, pycocoevalcap, matplotlib) happen inside the handle
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -18,8 +19,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from edgecap.argtypes import FRACTION, processes
-from edgecap.contract.objects import AREAS
+from edgecap.contract.objects import AREAS, KnownObject, class_areas
+from edgecap.data.acvr import iter_sequence, normalize_image_id, sequence_dirs
+from edgecap.data.classes import ACVR_CLASSES
 from edgecap.errors import EdgecapError
+from edgecap.io import atomic_files, check_file_target, json_file_with, write_json_atomic
+from edgecap.jsonio import read_json
+from edgecap.metrics import coco
+from edgecap.metrics.captions import read_captions
+from edgecap.metrics.chair import COCO_CLASSES, Chair, load_coco_instances, summarize
+from edgecap.metrics.coco import load_references
+from edgecap.metrics.report import PLOTS, plot_coverage
+from edgecap.metrics.vocabulary import load_vocabulary
+from edgecap.png import check_target
 from edgecap.progress import progress_bar
 
 CHUNK = 2048
@@ -117,17 +129,12 @@ REPORTS = {"coverage": ("coverage.json", ("metric", "options", "files")),
 
 def _report_path(args, command: str) -> Path | None:
     """--out DIR's report file, checked (before the scoring, and again before the write)."""
-    from edgecap.io import check_file_target, json_file_with
-
     if not args.out:
         return None
     name, keys = REPORTS[command]
     path = Path(args.out) / name
     check_file_target(path, json_file_with(*keys), f"a {name} edgecap eval {command} wrote")
     if command == "coverage" and not args.no_plot:
-        from edgecap.metrics.report import PLOTS
-        from edgecap.png import check_target
-
         for plot in PLOTS:
             check_target(Path(args.out) / plot)
     return path
@@ -136,8 +143,6 @@ def _report_path(args, command: str) -> Path | None:
 # -- coverage --------------------------------------------------------------------------------
 def _load_acvr(root, images_root=None, area="box", quiet=False) -> tuple[dict[str, dict[str, float]], Counter]:
     """-> ({image id: {class: area}}, raw classes of the instances dropped as not the challenge's)."""
-    from edgecap.data.acvr import iter_sequence, normalize_image_id, sequence_dirs
-
     gt: dict[str, dict[str, float]] = {}
     unlisted: Counter = Counter()
     for seq in progress_bar(sequence_dirs(root), quiet=quiet, desc="ACVR sequences", unit="seq", leave=False):
@@ -189,9 +194,6 @@ def _print_skips(cap) -> None:
 
 def _acvr_rows(args, area: str) -> dict[str, CoverageRow]:
     """--captions FILE ... --acvr DIR: one row per caption file, matched to ACVR frames by image id."""
-    from edgecap.data.acvr import normalize_image_id
-    from edgecap.metrics.captions import read_captions
-
     gt, unlisted = _load_acvr(args.acvr, args.images_root, area, args.quiet)
     rows = {}
     for name, path in _file_names(args.captions).items():
@@ -211,7 +213,6 @@ def _record_rows(args, area: str | None) -> dict[str, CoverageRow]:
     """--records FILE ...: one row per recorded run, its ground truth the objects each record
     carries, scored by `area` (None: the area the run used); the same class areas the live
     loop scores (edgecap.contract.objects.class_areas)."""
-    from edgecap.contract.objects import KnownObject, class_areas
     from edgecap.contract.runlog import read_runs, summary_path
 
     rows = {}
@@ -282,8 +283,6 @@ def _recorded_from(recorded: dict) -> str:
 def _summary_of(run, path: Path) -> tuple[str, dict] | None:
     """(path, the summary edgecap run wrote beside a log written without --append) when it is
     this run's: same source and number of captions (a killed run leaves the previous one's)."""
-    from edgecap.jsonio import read_json
-
     try:
         summary = read_json(path) if path.is_file() else None
     except EdgecapError:  # not a summary of ours: there is none to compare with
@@ -317,7 +316,6 @@ def run_coverage(args) -> int:
                            "pass --glove FILE too")
     area = args.area or ("box" if args.captions else None)
     _report_path(args, "coverage")
-    from edgecap.metrics.vocabulary import load_vocabulary
 
     vocabulary = load_vocabulary(args.classes)
     rows = _acvr_rows(args, area) if args.captions else _record_rows(args, area)
@@ -352,10 +350,6 @@ def run_coverage(args) -> int:
               + (f", unknown classes: {', '.join(c['unknown_classes'])}" if c["unknown_classes"] else ""))
     report = _report_path(args, "coverage")
     if report:
-        import json
-
-        from edgecap.io import atomic_files
-
         options = {"profit": args.profit, "multiword": args.multiword, "thresholds": list(scorer.thresholds),
                    "threshold_rule": "area > threshold", "area": area or "as recorded",
                    "area_definition": AREA_DEFINITIONS[area] if area else "each object's 'area', as the run scored it",
@@ -372,7 +366,6 @@ def run_coverage(args) -> int:
         for name, rec in recorded.items():  # --records: what the run reported, and re-scored minus it
             doc["files"][name]["recorded"] = {
                 **rec, "difference": coverage_difference(summaries[name]["thresholds"], rec["thresholds"])}
-        from edgecap.metrics.report import PLOTS, plot_coverage
 
         charts = [] if args.no_plot else [report.parent / name for name in PLOTS]
         with atomic_files([report, *charts], "--out") as tmps:  # the report and its charts, or none of them
@@ -385,9 +378,6 @@ def run_coverage(args) -> int:
 
 # -- coco ------------------------------------------------------------------------------------
 def run_coco(args) -> int:
-    from edgecap.metrics import coco
-    from edgecap.metrics.captions import read_captions
-
     _report_path(args, "coco")
     refs, resolve = coco.load_references(args.refs, args.split)
     cap = read_captions(args.captions, normalize=resolve)
@@ -414,8 +404,6 @@ def run_coco(args) -> int:
           "(first caption kept; the official evaluator refuses such a file)")
     path = _report_path(args, "coco")
     if path:
-        from edgecap.io import write_json_atomic
-
         write_json_atomic(path, {"captions": str(args.captions), "refs": str(args.refs),
                                  "split": args.split, **result})
         print(f"wrote {path}")
@@ -424,16 +412,10 @@ def run_coco(args) -> int:
 
 # -- chair -----------------------------------------------------------------------------------
 def run_chair(args) -> int:
-    from edgecap.data.classes import ACVR_CLASSES
-    from edgecap.metrics.captions import read_captions
-    from edgecap.metrics.chair import COCO_CLASSES, Chair, load_coco_instances, summarize
-
     if args.split and not args.refs:
         raise EdgecapError("--split is the Karpathy split of --refs; pass --refs FILE too")
     _report_path(args, "chair")
     if args.acvr:
-        from edgecap.data.acvr import normalize_image_id
-
         if args.refs or args.synonyms:
             raise EdgecapError(f"{'--refs' if args.refs else '--synonyms'} is for COCO ground truth: "
                                "it goes with --instances, not --acvr")
@@ -448,8 +430,6 @@ def run_chair(args) -> int:
             chair = Chair(classes=COCO_CLASSES).read_nouns(args.spacy_model)
             gt, normalize = load_coco_instances(args.instances)
         if args.refs:
-            from edgecap.metrics.coco import load_references
-
             refs, _ = load_references(args.refs, args.split)
             keys = [key for key in refs if key in gt]
             sentences = [s for key in keys for s in refs[key]]
@@ -476,8 +456,6 @@ def run_chair(args) -> int:
               f"{s['mentions']:9d}  {s['hallucinated_mentions']:8d}")
     path = _report_path(args, "chair")
     if path:
-        from edgecap.io import write_json_atomic
-
         write_json_atomic(path, {"vocabulary": sorted(chair.classes), "files": doc})
         print(f"wrote {path}")
     return 0

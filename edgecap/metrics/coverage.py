@@ -22,7 +22,10 @@ F1 = 2 P Cov_t / (P + Cov_t) per threshold.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import math
+import sys
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.errors import EdgecapError
+from edgecap.metrics.nouns import NounExtractor
 from edgecap.metrics.vocabulary import ACVR, ClassVocabulary
 
 DEFAULT_THRESHOLDS: tuple[float, ...] = (0.01, 0.03, 0.05, 0.10)
@@ -48,10 +52,6 @@ def _hungarian():
     this module). Its compiled module is loaded on its own: `import scipy.optimize` imports the
     whole optimisation package first, 50 MB of resident memory a robot does not use. Where
     scipy lays it out otherwise, the public import."""
-    import importlib.machinery
-    import importlib.util
-    import sys
-
     name = "scipy.optimize._lsap"
     if name not in sys.modules and "scipy.optimize" not in sys.modules:
         try:
@@ -182,8 +182,6 @@ class CoverageScorer:
         self.thresholds = thresholds
         self.glove = load_glove(glove, glove_cache)
         if extractor is None:
-            from edgecap.metrics.nouns import NounExtractor
-
             extractor = NounExtractor(spacy_model, batch_size=batch_size, n_process=n_process,
                                       vocabulary=vocabulary)
         self.extract = extractor

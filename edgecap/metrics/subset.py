@@ -15,13 +15,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from edgecap.errors import MissingExtraError
+from edgecap.metrics.nouns import EYEWEAR, load_spacy
+from edgecap.metrics.vocabulary import BUILTIN_TABLES, KNOWN, singular_forms
 
 
 def candidate_words(vocabulary_words) -> list[str]:
     """Every word coverage may look up a vector for, for captions made of `vocabulary_words`."""
-    from edgecap.metrics.nouns import EYEWEAR
-    from edgecap.metrics.vocabulary import BUILTIN_TABLES, KNOWN, singular_forms
-
     words = [str(w).lower() for w in vocabulary_words]
     out = list(words)
     for w in words:
@@ -37,8 +36,6 @@ def candidate_words(vocabulary_words) -> list[str]:
 def _spacy():
     """The English pipeline, once per process (an export process may export many bundles);
     None without spaCy."""
-    from edgecap.metrics.nouns import load_spacy
-
     try:
         return load_spacy()
     except (MissingExtraError, OSError):

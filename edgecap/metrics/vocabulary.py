@@ -10,10 +10,11 @@ recognises as whole phrases before it takes single nouns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from edgecap.data.classes import ACVR_CLASSES, CLASS_NAME_ALIASES, NOUN_SYNONYMS, canonical_class
-from edgecap.data.coco_categories import COCO_CATEGORIES
-from edgecap.errors import EdgecapError
+from edgecap.data.coco_categories import COCO_CATEGORIES, load_categories
+from edgecap.errors import EdgecapError, did_you_mean
 
 # Caption words for the COCO classes that are not ACVR classes (ACVR words live in
 # classes.NOUN_SYNONYMS). "bat" and "glove" are not here: a bat may be the animal and a glove a
@@ -177,10 +178,6 @@ def load_vocabulary(spec: str | None) -> ClassVocabulary:
     """`acvr` (default), `coco`, or a categories file (COCO annotation JSON, YOLO data.yaml)."""
     if spec is None or spec.lower() in NAMED:
         return NAMED[(spec or "acvr").lower()]
-    from pathlib import Path
-
-    from edgecap.data.coco_categories import load_categories
-    from edgecap.errors import did_you_mean
 
     if not Path(spec).expanduser().exists():
         raise EdgecapError(f"--classes {spec}: not a class set ({', '.join(NAMED)}){did_you_mean(spec.lower(), NAMED)} "

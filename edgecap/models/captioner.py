@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from edgecap.contract.state import StateDescription
+from edgecap.errors import EdgecapError
 from edgecap.models.config import CaptionerConfig
 from edgecap.models.registry import VISUAL
 
@@ -85,8 +86,6 @@ class CaptionModel(nn.Module):
 
     def check_extra(self, extra) -> None:
         if len(extra) != len(self.encode_extra_names):
-            from edgecap.errors import EdgecapError
-
             names = ", ".join(self.encode_extra_names) or "none"
             raise EdgecapError(
                 f"model {self.cfg.name!r} encode() takes {len(self.encode_extra_names)} extra "

@@ -15,6 +15,7 @@ import re
 import sys
 from pathlib import Path
 
+from edgecap.io import write_text_atomic
 from edgecap.models import preset_config
 from edgecap.models.registry import (
     ATTENTION,
@@ -81,8 +82,6 @@ def blocks(text: str) -> dict[str, str]:
 
 
 def main(argv=None) -> int:
-    from edgecap.io import write_text_atomic
-
     path = Path((argv or sys.argv[1:] or ["docs/models.md"])[0])
     write_text_atomic(path, rewrite(path.read_text(encoding="utf-8")))
     print(f"rewrote the catalog blocks of {path}")

@@ -21,10 +21,11 @@ import torch
 
 from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
-from edgecap.io import atomic_path
+from edgecap.io import BUNDLE, atomic_path, probe_writable
 from edgecap.models.captioner import CaptionModel
 from edgecap.models.config import CaptionerConfig
 from edgecap.models.factory import build_from_config
+from edgecap.models.frontends import skeleton_front_ends
 from edgecap.models.registry import DECODERS
 
 FORMAT = "edgecap-checkpoint"
@@ -114,8 +115,6 @@ def check_checkpoint_out(path: str | os.PathLike, flag: str = "--out") -> None:
     """Fail (one line) unless a checkpoint may be written at `path`: nothing there yet, or an
     edgecap checkpoint (which is replaced); never over any other file, e.g. the weights being
     converted."""
-    from edgecap.io import probe_writable
-
     path = Path(path)
     probe_writable(path, flag, file=True)
     if path.exists():
@@ -156,8 +155,6 @@ def read_payload(path: str | os.PathLike) -> dict:
 
 def _directory_kind(path: Path) -> str:
     """What a directory given as a checkpoint is, and which file to name instead."""
-    from edgecap.io import BUNDLE
-
     if BUNDLE.owns(path):
         return ("an exported bundle (ONNX graphs, no PyTorch weights), not a checkpoint: name the .pt it was "
                 "exported from (a run directory's best.pt)")
@@ -180,7 +177,6 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     vocab = Vocab.from_dict(payload["vocab"], where=f"checkpoint {path}: vocab")
     if len(vocab) != cfg.vocab_size:
         raise EdgecapError(f"checkpoint {path}: vocabulary has {len(vocab)} words but config.vocab_size={cfg.vocab_size}")
-    from edgecap.models.frontends import skeleton_front_ends
 
     with skeleton_front_ends():  # the state dict carries a front end's weights: no file, no init
         model = build_from_config(cfg)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
+import torch
+
+from edgecap.models import build, list_models
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
 
 
 def describe(name: str) -> dict:
-    from edgecap.models import build
-
     model = build(name)
     parts = model.describe()  # the family says what it is: layers and what it adds
     return {"model": name, "family": model.cfg.family, "layers": parts["layers"], "d": model.cfg.d_model,
@@ -17,12 +21,6 @@ def describe(name: str) -> dict:
 
 
 def run(args) -> int:
-    import json
-
-    import torch
-
-    from edgecap.models import list_models
-
     torch.manual_seed(0)
     rows = [describe(name) for name in list_models()]
     if args.json:

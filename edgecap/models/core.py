@@ -12,6 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgecap.contract.state import StateDescription, cache_tensor, cross_tensor
+from edgecap.errors import EdgecapError
 from edgecap.models.captioner import CaptionModel
 from edgecap.models.registry import (
     CROSS_ATTENTION,
@@ -82,8 +83,6 @@ class VisualEncoder(nn.Module):
         elif cfg.encoder_positions == "none":
             self.positions = None
         else:
-            from edgecap.errors import EdgecapError
-
             raise EdgecapError(
                 f"encoder_positions={cfg.encoder_positions!r}, expected 'none' or 'sinusoidal'"
             )

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 from edgecap.argtypes import COUNT, Integer
+from edgecap.models.checkpoint import check_checkpoint_out, save_checkpoint
+from edgecap.models.m2_import import import_m2
 
 
 def add_arguments(parser) -> None:
@@ -19,9 +21,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from edgecap.models.checkpoint import check_checkpoint_out, save_checkpoint
-    from edgecap.models.m2_import import import_m2
-
     check_checkpoint_out(args.out)
     model, vocab, meta = import_m2(
         args.weights, args.vocab, n_heads=args.heads, max_len=args.max_len, n_regions=args.regions

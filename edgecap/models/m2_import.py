@@ -30,10 +30,12 @@ import pickle
 import re
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from edgecap.contract.vocab import Vocab
 from edgecap.errors import EdgecapError
+from edgecap.io import sha256_file
 from edgecap.jsonio import read_bytes, read_json, read_text
 from edgecap.models.checkpoint import check_finite, check_weights
 from edgecap.models.core import sinusoid_table
@@ -125,8 +127,6 @@ def position_table(state: dict, length: int) -> tuple[torch.Tensor, str]:
 
 def _numpy_safe_globals() -> list:
     """numpy globals in M2's checkpoint (its 'numpy_rng_state'): array reconstruction only."""
-    import numpy as np
-
     reconstruct = np._core.multiarray._reconstruct if hasattr(np, "_core") else np.core.multiarray._reconstruct
     allowed = [
         reconstruct,
@@ -323,8 +323,6 @@ def import_m2(
     n_regions: int = 50,
 ):
     """-> (model in eval mode, Vocab, meta) from official M2 files."""
-    from edgecap.io import sha256_file
-
     state, extra = read_m2_checkpoint(weights)
     itos = read_m2_vocab(vocab)
     cfg = m2_config(state, itos, n_heads=n_heads, max_len=max_len, n_regions=n_regions)

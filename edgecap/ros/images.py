@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgecap.errors import EdgecapError
+from edgecap.image_damage import damage
 
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED = "sensor_msgs/msg/CompressedImage"
@@ -129,8 +130,6 @@ def compressed_kind(fmt: str) -> str:
 def compressed_to_bgr(msg) -> np.ndarray:
     """A sensor_msgs/CompressedImage (jpeg, png) as an HxWx3 uint8 BGR array."""
     import cv2
-
-    from edgecap.image_damage import damage
 
     compressed_kind(msg.format)
     data = np.frombuffer(msg.data, np.uint8)

@@ -3,6 +3,8 @@ storage, also a recording cut short (no summary or footer), read up to the cut."
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 from edgecap.errors import require
@@ -150,9 +152,6 @@ class McapLog(RobotLog):
         built-in definition. Built once per schema."""
         key = (file, channel.schema_id)
         if key not in self._by_schema:
-            import contextlib
-            import io
-
             decoder = None
             try:
                 with contextlib.redirect_stderr(io.StringIO()):  # its parser prints errors

@@ -28,6 +28,7 @@ import contextlib
 import os
 from pathlib import Path
 
+from edgecap import __version__
 from edgecap.errors import EdgecapError, require
 from edgecap.io import RunOutput, probe_writable
 
@@ -130,8 +131,6 @@ class McapLogWriter(RunOutput):
         require("mcap_ros2", "ros", "writing MCAP logs")
         from mcap.well_known import MessageEncoding, Profile
         from mcap.writer import LIBRARY_IDENTIFIER, CompressionType, Writer
-
-        from edgecap import __version__
 
         self.path = check_target(path, flag)
         self.flag = flag

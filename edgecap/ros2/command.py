@@ -10,6 +10,7 @@ node does: `--ros-args -r __ns:=/front -r image_raw:=/camera/image_raw -p max_ra
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -37,8 +38,6 @@ def add_arguments(parser) -> None:
 def load_node_module():
     """edgecap.ros2.node, once rclpy and the message packages import: a missing one is named
     with the extra to install; a broken install (a library that does not load) says so."""
-    import importlib
-
     try:
         return importlib.import_module("edgecap.ros2.node")
     except ModuleNotFoundError as exc:

@@ -23,6 +23,7 @@ import time
 from collections import deque
 
 from edgecap.contract.objects import KnownObject, objects_in_view
+from edgecap.data.classes import canonical_class
 from edgecap.errors import EdgecapError
 
 # (class, (left, top, right, bottom), mask area or None): a KnownObject once the frame's size is known
@@ -54,7 +55,6 @@ def json_objects(text: str) -> tuple[int, list[RawObject]]:
 
 def vision_objects(msg) -> tuple[int, list[RawObject]]:
     """(stamp ns, objects) of a vision_msgs/Detection2DArray (any object with its fields)."""
-    from edgecap.data.classes import canonical_class
     from edgecap.ros.images import stamp_ns
 
     objects = []

@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 
+import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import (
     FloatingPointRange,
@@ -71,6 +72,7 @@ from edgecap.ros.captions import (
     to_ros,
 )
 from edgecap.ros.images import COMPRESSED, IMAGE, bgr_to_image
+from edgecap.runtime.camera import GrabberStats
 from edgecap.runtime.captioner import Captioner
 from edgecap.runtime.detector import Detector, DetectorHook, coverage_vocabulary
 from edgecap.runtime.loop import Camera, run_cameras
@@ -91,7 +93,7 @@ from .messages import (
 )
 from .params import BY_NAME, PARAMS, NodeParams, ParameterError, changed, check_all
 from .relay import CaptionRelay
-from .stats import WINDOW_S, CameraHealth, NodeStats, SequenceGaps, health
+from .stats import WINDOW_S, CameraHealth, CountedWarning, NodeStats, SequenceGaps, health
 
 NODE_NAME = "edgecap_captioner"
 SPIN_SLICE_S = 0.1                 # how long one executor wait may block a signal's handling
@@ -307,7 +309,6 @@ class Captioning:
         else:
             cls, parse = String, (lambda msg: json_objects(msg.data))
         objects = StampedObjects()
-        from .stats import CountedWarning
 
         ignored = CountedWarning("ignored detections in")
 
@@ -475,8 +476,6 @@ class Captioning:
 
 
 def _total_stats(cameras):
-    from edgecap.runtime.camera import GrabberStats
-
     return GrabberStats.total(c.grabber.stats for c in cameras)
 
 
@@ -561,8 +560,6 @@ class LifecycleCaptionNode(Captioning, LifecycleNode):
 def run_node(ros_args: list[str], bundle: str | None = None, lifecycle: bool = False, out=None) -> int:
     """Start rclpy with `ros_args` (argv-style, `--ros-args ...` passed through), run the node
     until SIGINT / SIGTERM, print the summary; the exit status. EdgecapError for start-up errors."""
-    import rclpy
-
     out = sys.stdout if out is None else out
     stop = threading.Event()
     context = rclpy.Context()

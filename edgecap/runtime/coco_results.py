@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from edgecap.data.classes import canonical_class
 from edgecap.data.coco_categories import Categories
-from edgecap.errors import EdgecapError
+from edgecap.errors import EdgecapError, require
 
 # detectron2's demo (--confidence-threshold) and Visualizer examples draw detections from 0.5;
 # results files are dumped at evaluation thresholds (0.05, ultralytics 0.001), far below it.
@@ -79,8 +80,6 @@ def read_coco_results(doc: list, where: str, categories: Categories, min_score: 
                       category_base: str = "auto") -> tuple[dict[int | str, list[CocoObject]], Skipped]:
     """{image key: objects} from a parsed results array; a bad record is a one-line error
     naming its index, an unknown category id one naming the category list."""
-    from edgecap.data.classes import canonical_class
-
     ids = {r.get("category_id") for r in doc if isinstance(r, dict)}
     categories = categories.for_results({i for i in ids if isinstance(i, int)}, category_base)
     frames: dict[int | str, list[CocoObject]] = {}
@@ -124,8 +123,6 @@ def read_coco_results(doc: list, where: str, categories: Categories, min_score: 
 def mask_fraction(segmentation, width: int, height: int) -> float:
     """The fraction of the image a result's mask covers, by pycocotools (an RLE carries its own
     image size; polygons are rasterised at the frame's)."""
-    from edgecap.errors import require
-
     mask = require("pycocotools.mask", "coco", "the area of a detection's segmentation")
     if isinstance(segmentation, dict):
         h, w = segmentation["size"]

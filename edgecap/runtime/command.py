@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 
 from edgecap.argtypes import BATCH, BEAM, COUNT, FRACTION, POSITIVE, THREADS
 from edgecap.contract.objects import AREAS
 from edgecap.data.coco_categories import CATEGORY_BASES
-from edgecap.errors import EdgecapError
+from edgecap.errors import EdgecapError, did_you_mean, random_front_end, warn
+from edgecap.jsonio import read_toml
 
 from .coco_results import DEFAULT_MIN_SCORE
 from .detector import DEFAULT_IOU
@@ -192,12 +194,6 @@ _TOML_KIND = {bool: "true or false", int: "an integer", (int, float): "a number"
 
 def read_config(path: str) -> dict:
     """A runtime TOML config as RunSettings keyword arguments (robot/edgecap-runtime.toml)."""
-    from dataclasses import fields
-    from pathlib import Path
-
-    from edgecap.errors import did_you_mean
-    from edgecap.jsonio import read_toml
-
     path = Path(path)
     data = read_toml(path, where=f"--config {path}")
     known = {f.name: f for f in fields(RunSettings)}
@@ -230,8 +226,6 @@ def read_config(path: str) -> dict:
 
 def _config_source(config, written: str) -> str:
     """A config's source: a relative file or folder is relative to the config's folder."""
-    from pathlib import Path
-
     value = written
     if _names_a_path(written) and not Path(written).expanduser().is_absolute():
         # joined, not resolved: a camera's /dev/v4l/by-id link must stay the name reopened
@@ -251,8 +245,6 @@ def _check_config_relative(config, key: str, written: str, resolved: str) -> Non
     """A relative input path of a config that is missing beside the config but present from the
     current directory was written for the other rule: say so in one line instead of failing
     later on a path the user never typed (or, worse, taking the other file)."""
-    from pathlib import Path
-
     here = Path(written).expanduser()
     if here.is_absolute() or Path(resolved).exists() or not here.exists():
         return
@@ -262,8 +254,6 @@ def _check_config_relative(config, key: str, written: str, resolved: str) -> Non
 
 def settings_from_args(args) -> RunSettings:
     """Defaults < --config file < flags given on the command line."""
-    from dataclasses import fields
-
     merged = read_config(args.config) if args.config else {}
     for name in (f.name for f in fields(RunSettings) if f.name != "providers"):  # every flag's dest
         value = getattr(args, name)
@@ -307,8 +297,6 @@ def run(args) -> int:
                                       threads=settings.threads, spin=settings.spin, engine=settings.engine)
     frontend = captioner.bundle.manifest.frontend
     if frontend is not None and frontend.random_weights:
-        from edgecap.errors import random_front_end, warn
-
         warn(random_front_end(frontend.backbone, "its captions say nothing about the scene; "
                               "export the bundle with --visual-weights FILE"))
     summary, error = execute(captioner, settings, plan=plan)

@@ -17,11 +17,14 @@ loader does (tvmonitor -> television).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
-from edgecap.contract.objects import objects_in_view
-from edgecap.errors import EdgecapError
+from edgecap.contract.objects import check_area, objects_in_view
+from edgecap.data.classes import canonical_class
+from edgecap.data.coco_categories import COCO
+from edgecap.errors import EdgecapError, require
 from edgecap.jsonio import BOM, json_lines, read_bytes
 
 from .coco_results import (
@@ -36,8 +39,6 @@ from .sources import KnownObject
 
 
 def _object(obj, where: str) -> tuple[str, tuple[float, float, float, float], float | None]:
-    from edgecap.data.classes import canonical_class
-
     if not isinstance(obj, dict):
         raise EdgecapError(f"{where}: expected an object, got {type(obj).__name__}")
     cls = obj.get("class")
@@ -76,8 +77,6 @@ def _refuse_annotations(raw: bytes, path: Path) -> None:
 
 
 def _has_pycocotools() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("pycocotools") is not None
 
 
@@ -101,9 +100,6 @@ class Detections:
 
     def __init__(self, path: str | Path, area: str = "box", min_score: float = DEFAULT_MIN_SCORE,
                  categories=None, category_base: str = "auto"):
-        from edgecap.contract.objects import check_area
-        from edgecap.data.coco_categories import COCO
-
         self.path = Path(path)
         self.area = check_area(area)
         self.note = ""
@@ -132,8 +128,6 @@ class Detections:
             if any(seg is not None for objs in self._frames.values() for *_, seg in objs):
                 self._measure_masks = _has_pycocotools()
                 if self.area == "pixels" and not self._measure_masks:
-                    from edgecap.errors import require
-
                     require("pycocotools.mask", "coco", "the area of a detection's segmentation")
         else:
             self._read_lines(raw)

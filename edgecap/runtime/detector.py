@@ -36,7 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.contract.objects import KnownObject
+from edgecap.data.classes import canonical_class
+from edgecap.data.coco_categories import load_categories
 from edgecap.errors import EdgecapError
+from edgecap.metrics.vocabulary import vocabulary_of
 
 LAYOUTS = ("yolo", "yolov5", "end2end")
 DEFAULT_MIN_SCORE = 0.25   # ultralytics' `predict` conf; Darknet's own demo draws from 0.25 too
@@ -165,8 +168,6 @@ class Detector:
     def __init__(self, session, path: Path, names: dict[int, str] | None = None, layout: str | None = None,
                  min_score: float = DEFAULT_MIN_SCORE, iou: float = DEFAULT_IOU, area: str = "box",
                  names_origin: str = ""):
-        from edgecap.data.classes import canonical_class
-
         self.session = session
         self.path = Path(path)
         where = f"--detector {self.path}"
@@ -303,16 +304,12 @@ class DetectorHook:
 
 def coverage_vocabulary(detector: Detector):
     """The class set coverage reads captions against: the detector's classes."""
-    from edgecap.metrics.vocabulary import vocabulary_of
-
     return vocabulary_of(detector.classes, detector.names_origin)
 
 
 def open_detector(settings):
     """`edgecap run`'s --detector (command.RunSettings), opened with the captioner's onnxruntime
     settings, or None; a detector option without it, or beside --detections, is one line."""
-    from edgecap.errors import EdgecapError
-
     if not settings.detector:
         if settings.nms_iou is not None:
             raise EdgecapError("--nms-iou applies to a --detector; none was given")
@@ -324,8 +321,6 @@ def open_detector(settings):
                            "classes are indices from 0")
     categories = None
     if settings.categories:
-        from edgecap.data.coco_categories import load_categories
-
         categories = load_categories(settings.categories)
     return Detector.load(settings.detector, providers=settings.providers, threads=settings.threads,
                          spin=settings.spin, categories=categories,

@@ -26,13 +26,14 @@ only when an engine is opened.
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from edgecap.contract.manifest import GraphEntry, ManifestError
-from edgecap.errors import EdgecapError, require
+from edgecap.errors import EdgecapError, did_you_mean, require
 from edgecap.io import atomic_path
 from edgecap.runtime.tensorrt_dist import (
     DISTRIBUTIONS,
@@ -67,8 +68,6 @@ def check_providers(requested: list) -> list:
     asking for CUDA and getting CPU is a wrong robot."""
     import onnxruntime as ort
 
-    from edgecap.errors import did_you_mean
-
     if not requested:
         raise EdgecapError("--providers is empty: name at least one onnxruntime execution provider")
     available = ort.get_available_providers()
@@ -91,7 +90,6 @@ _said: set[str] = set()
 def say_once(message: str) -> None:
     if message not in _said:
         _said.add(message)
-        import sys
 
         print(f"edgecap: {message}", file=sys.stderr, flush=True)
 

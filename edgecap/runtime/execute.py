@@ -24,10 +24,13 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from edgecap.argtypes import BATCH, BEAM, COUNT, FRACTION, POSITIVE, THREADS
+from edgecap.data.coco_categories import load_categories
 from edgecap.errors import EdgecapError
 from edgecap.io import interrupt_delivered, stop_on_signals, write_json_atomic
+from edgecap.metrics.vocabulary import vocabulary_of
 
 from .camera import FrameGrabber, default_pace
 from .coco_results import DEFAULT_MIN_SCORE
@@ -303,8 +306,6 @@ def _detections(settings) -> Detections | None:
     min_score = DEFAULT_MIN_SCORE if settings.min_score is None else settings.min_score
     categories = None
     if settings.categories:
-        from edgecap.data.coco_categories import load_categories
-
         categories = load_categories(settings.categories)
     detections = Detections(settings.detections, settings.area, min_score=min_score, categories=categories,
                             category_base=settings.category_base or "auto")
@@ -325,7 +326,6 @@ def coverage_vocabulary(detections, detector: Detector | None = None):
         return detector_vocabulary(detector)
     if detections is None or detections.categories is None:
         return None
-    from edgecap.metrics.vocabulary import vocabulary_of
 
     categories = detections.categories
     return vocabulary_of(categories.names.values(), categories.origin)
@@ -346,8 +346,6 @@ def _report_unmatched(detections, path: str) -> None:
 def _check_out_mcap(path: str, source) -> None:
     """Fail before any slow start-up: an unwritable target, a file edgecap did not write, or
     the input log itself."""
-    from pathlib import Path
-
     from edgecap.ros.mcap_out import check_target
 
     target = Path(path).expanduser().resolve()

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from edgecap.errors import EdgecapError
-from edgecap.io import WorkDir, probe_writable
+from edgecap.io import WorkDir, free_bytes, free_space, probe_writable
 
 from .records import Record
 from .sources import KnownObject, opencv_log_silent
@@ -278,8 +278,6 @@ class VideoSink:
 
     def _failure(self, what: str) -> str:
         """OpenCV passes on no errno: a disk with less than FULL_BELOW free is taken to be full."""
-        from edgecap.io import free_bytes, free_space
-
         free = free_bytes(self.path)
         if free is not None and free < FULL_BELOW:
             return f"cannot write --save-video {self.path}: No space left on device ({free_space(self.path)}): {what}"

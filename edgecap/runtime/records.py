@@ -27,6 +27,15 @@ from pathlib import Path
 
 from edgecap import __version__
 from edgecap.contract.runlog import RUN_END, RUN_START, summary_path
+from edgecap.errors import EdgecapError
+from edgecap.io import (
+    Terminated,
+    WorkDir,
+    append_whole,
+    check_file_target,
+    json_file_with,
+    write_error,
+)
 
 from .camera import Frame, GrabberStats
 from .captioner import STAGES, Caption
@@ -133,8 +142,6 @@ class JsonlWriter:
     """
 
     def __init__(self, path: str | os.PathLike, append: bool = False):
-        from edgecap.io import WorkDir, write_error
-
         self.path = Path(path)
         # the file is written in place (a killed run keeps its records), so the claim on it is
         # a work directory beside it: a second writer is refused before it truncates anything
@@ -161,9 +168,6 @@ class JsonlWriter:
         self.count += 1
 
     def _put(self, data: bytes) -> None:
-        from edgecap.errors import EdgecapError
-        from edgecap.io import append_whole
-
         try:
             append_whole(self._fh, data, self.path, "--jsonl")
         except EdgecapError as exc:
@@ -175,8 +179,6 @@ class JsonlWriter:
         """The log's last line: `line` (a run_end with the run's summary), or when it does not fit
         (the disk is full) the `short` one; when neither fits, the log ends with its last whole
         record. Never raises an error of its own: the run's own error is what is reported."""
-        from edgecap.errors import EdgecapError
-
         self._reserve.unlink(missing_ok=True)
         for candidate in (line, short):
             try:
@@ -186,8 +188,6 @@ class JsonlWriter:
                 continue
 
     def close(self) -> None:
-        from edgecap.io import write_error
-
         try:
             if not self._fh.closed:
                 fh = self._fh
@@ -204,8 +204,6 @@ class JsonlWriter:
 def cut_short(summary: dict, exc: BaseException) -> tuple[dict, dict]:
     """The run_end lines (with the run's summary so far; without) that end a caption log whose
     run did not finish in order: `stopped_by` says what cut it short, `cut_short` marks it."""
-    from edgecap.io import Terminated
-
     if isinstance(exc, Terminated):
         reason = f"terminated ({exc})"
     elif isinstance(exc, KeyboardInterrupt):
@@ -220,8 +218,6 @@ def cut_short(summary: dict, exc: BaseException) -> tuple[dict, dict]:
 def check_jsonl_target(path: str | os.PathLike, append: bool) -> None:
     """Refuse (one line) a --jsonl FILE, or the FILE.summary.json beside it, that exists and is
     not what `edgecap run` writes: replacing or appending to it would spoil someone's file."""
-    from edgecap.io import check_file_target, json_file_with
-
     check_file_target(path, _is_caption_log, "a caption log written by edgecap run", "--jsonl",
                       "appending to" if append else "overwriting")
     check_file_target(summary_path(path), json_file_with("frames_captioned", "stopped_by"),

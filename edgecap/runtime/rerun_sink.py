@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 from edgecap.errors import EdgecapError, require
 from edgecap.io import RunOutput, probe_writable
 
@@ -59,7 +61,6 @@ class RerunSink(RunOutput):
 
     def write(self, record: Record) -> None:
         import cv2
-        import numpy as np
 
         from .overlay import object_marks
 

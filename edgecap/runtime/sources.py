@@ -18,6 +18,8 @@ import contextlib
 import errno
 import os
 import re
+import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -25,7 +27,9 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from edgecap.contract.objects import KnownObject
+from edgecap.data.acvr import load_sequences
 from edgecap.errors import EdgecapError
+from edgecap.image_damage import damage
 from edgecap.io import stderr_lines
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -95,8 +99,6 @@ def read_image(path: Path) -> np.ndarray:
     """The image file at `path` as HxWx3 uint8 BGR; BadFrame naming the file and the reason when
     it cannot be read, is a symbolic link loop, or is damaged (edgecap.image_damage)."""
     import cv2
-
-    from edgecap.image_damage import damage
 
     try:
         data = path.read_bytes()
@@ -291,8 +293,6 @@ def opencv_quiet():
     console: the failure is reported once, as our one-line error, which quotes FFmpeg's reason.
     Yields the captured lines (fd-level capture only on the main thread, where it cannot swallow
     the capture thread's reports). OPENCV_LOG_LEVEL set by the user leaves everything as is."""
-    import threading
-
 
     lines: list[str] = []
     if os.environ.get("OPENCV_LOG_LEVEL"):
@@ -355,8 +355,6 @@ class ACVRSource(Source):
     """ACVR sequence folder(s) with their ground-truth objects (edgecap.data.acvr)."""
 
     def __init__(self, root: Path, fps: float | None = None, area: str = "box"):
-        from edgecap.data.acvr import load_sequences
-
         self.name = str(root)
         self.fps = fps
         self.frames = list(load_sequences(root, area=area))
@@ -574,8 +572,6 @@ V4L_MAJOR = 81  # Linux's video4linux character devices (/dev/videoN)
 def _special_file(path: Path) -> str:
     """'camera' for a video4linux device; for any other file that is neither a regular file nor
     a directory (a FIFO, /dev/null), what it is and why it is no source; '' when nothing is there."""
-    import stat
-
     try:
         mode = path.stat()
     except OSError:

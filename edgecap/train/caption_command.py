@@ -24,6 +24,10 @@ import sys
 from pathlib import Path
 
 from edgecap.argtypes import BATCH, BEAM, Integer, Number
+from edgecap.data.karpathy import load_karpathy
+from edgecap.errors import EdgecapError
+from edgecap.io import BUNDLE, check_file_target, write_json_atomic
+from edgecap.jsonio import json_or_none
 from edgecap.progress import progress_bar
 
 COCO_NAME = re.compile(r"(?:COCO_[A-Za-z]+\d*_)?0*(\d+)")
@@ -57,7 +61,6 @@ def add_arguments(parser) -> None:
 
 def image_paths(inputs: list[str]) -> list[Path]:
     """The files named, with each folder replaced by its images in name order."""
-    from edgecap.errors import EdgecapError
     from edgecap.runtime.sources import folder_images, no_images_reason
 
     paths: list[Path] = []
@@ -89,23 +92,16 @@ def image_ids(paths: list[Path]) -> list[int | str]:
 
 def check_output(path: Path) -> None:
     """Refuse to overwrite a file that is not a captions JSON (one we could have written)."""
-    from edgecap.io import check_file_target
-
     check_file_target(path, _is_captions_json, "a captions JSON", "--json")
 
 
 def _is_captions_json(path: Path) -> bool:
-    from edgecap.jsonio import json_or_none
-
     data = json_or_none(path)
     return isinstance(data, list) and all(isinstance(r, dict) and "caption" in r for r in data)
 
 
 def check_checkpoint_path(path: Path) -> None:
     """A bundle or a folder given where a checkpoint belongs gets told what to do instead."""
-    from edgecap.errors import EdgecapError
-    from edgecap.io import BUNDLE
-
     if BUNDLE.owns(path):
         raise EdgecapError(f"{path} is an exported bundle, not a checkpoint: caption with the robot runtime, "
                            f"edgecap run {shlex.quote(str(path))} --source IMAGE_OR_FOLDER")
@@ -119,8 +115,6 @@ def run(args) -> int:
 
     from edgecap.contract.beam import DecodeOptions
     from edgecap.contract.preprocess import preprocess_as
-    from edgecap.errors import EdgecapError
-    from edgecap.io import write_json_atomic
     from edgecap.models.checkpoint import load_checkpoint
     from edgecap.runtime.sources import BadFrame, read_image
     from edgecap.train.captioning import caption_batch, extra_inputs_for
@@ -203,7 +197,6 @@ def _count(n: int, noun: str) -> str:
 def split_data(args, ckpt) -> tuple[Path, Path | None, Path | None]:
     """(Karpathy json, image root, features file) for --split: --karpathy / --features, else the
     data the checkpoint trained on, found as export finds it."""
-    from edgecap.errors import EdgecapError
     from edgecap.export.verify import find_parity_data
 
     found, _, looked = find_parity_data("", ckpt.meta, Path(args.checkpoint))
@@ -218,9 +211,6 @@ def split_data(args, ckpt) -> tuple[Path, Path | None, Path | None]:
 
 def caption_split(args, ckpt, options, extra_inputs, out: Path | None) -> int:
     """--split: every image of a Karpathy split, from features or images, into COCO results."""
-    from edgecap.data.karpathy import load_karpathy
-    from edgecap.errors import EdgecapError
-    from edgecap.io import write_json_atomic
     from edgecap.train.split_captions import (
         caption_images,
         ciderd,

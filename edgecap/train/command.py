@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 from edgecap.argtypes import COUNT
+from edgecap.errors import EdgecapError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +50,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgecap.errors import EdgecapError
     from edgecap.train.loop import Trainer
     from edgecap.train.overrides import load_config
 
@@ -75,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
 def _check_vocabulary_overrides(cfg, overrides: list[str]) -> None:
     """A run started --init-from a checkpoint keeps that checkpoint's words (its weights were
     trained on them), so an explicit `--set data.min_count=N` could only be ignored: refused."""
-    from edgecap.errors import EdgecapError
-
     if not cfg.run.init_from:
         return
     for assignment in overrides:
@@ -90,10 +88,6 @@ def _check_vocabulary_overrides(cfg, overrides: list[str]) -> None:
 def run_dir_and_config(args: argparse.Namespace) -> tuple[str | None, str]:
     """(--out, --config) after `--resume RUN_DIR`, which names the run directory and, unless
     --config is given, the config the run keeps in it."""
-    from pathlib import Path
-
-    from edgecap.errors import EdgecapError
-
     if not args.resume:  # not resuming, or --resume naming no directory: --out / [run].out
         if args.config is None:
             raise EdgecapError("--config is required (or --resume RUN_DIR to continue a run with its own config.toml)")

@@ -32,11 +32,17 @@ from pathlib import Path
 
 import torch
 
+from edgecap.contract.beam import DecodeOptions
+from edgecap.contract.objects import object_area
+from edgecap.data.datasets import ImageSource
 from edgecap.data.karpathy import KarpathyImage, load_karpathy
 from edgecap.errors import EdgecapError, MissingExtraError
 from edgecap.io import write_json_atomic
 from edgecap.jsonio import read_json
+from edgecap.metrics.ciderd import CiderD
+from edgecap.metrics.coverage import CoverageScorer, summarize
 from edgecap.models.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from edgecap.train.captioning import caption_batch, extra_inputs_for
 from edgecap.train.metrics_log import MetricsLog
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -44,10 +50,6 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 def caption_images(ck: Checkpoint, images: list[KarpathyImage], root: Path, beam_size: int = 1,
                    batch_size: int = 50) -> list[str]:
-    from edgecap.contract.beam import DecodeOptions
-    from edgecap.data.datasets import ImageSource
-    from edgecap.train.captioning import caption_batch, extra_inputs_for
-
     source = ImageSource(root, ck.model.cfg.visual)
     extra_inputs = extra_inputs_for(ck)
     options = DecodeOptions(beam_size=beam_size, max_len=ck.model.cfg.max_len)
@@ -68,8 +70,6 @@ EARLIER_RULE = ("pixels area >= threshold (the rule when this entry was measured
 def ground_truth(objects: dict, image_id: str, size: int, area: str = COVERAGE_AREA) -> dict[str, float]:
     """{class: largest instance area fraction} of one size x size image of objects.json, the
     area measured as `area` says (its box by default; objects.json's `area` is the pixel count's)."""
-    from edgecap.contract.objects import object_area
-
     gt: dict[str, float] = {}
     for obj in objects[image_id]:
         gt[obj["class"]] = max(gt.get(obj["class"], 0.0), object_area(obj["box"], obj["area"], size, size, area))
@@ -77,8 +77,6 @@ def ground_truth(objects: dict, image_id: str, size: int, area: str = COVERAGE_A
 
 
 def evaluate(ck: Checkpoint, data: Path, splits=("val", "test"), beams=(1, 3), scorer=None) -> dict:
-    from edgecap.metrics.ciderd import CiderD
-
     karpathy = load_karpathy(data / "dataset_coco.json", data / "images", splits=splits)
     objects = read_json(data / "objects.json")
     size = int(read_json(data / "synth.json")["size"])
@@ -96,8 +94,6 @@ def evaluate(ck: Checkpoint, data: Path, splits=("val", "test"), beams=(1, 3), s
                 entry["samples"] = [{"image_id": im.image_id, "caption": c, "reference": r[0]}
                                     for im, c, r in zip(images[:8], captions[:8], refs[:8], strict=False)]
                 if scorer is not None:
-                    from edgecap.metrics.coverage import summarize
-
                     gts = [ground_truth(objects, im.image_id, size) for im in images]
                     summary = summarize(scorer.score(captions, gts))
                     entry[f"coverage_{name}"] = {label: None if v["mean"] is None else round(v["mean"], 4)
@@ -124,8 +120,6 @@ def package(run: Path, out_dir: Path = ASSETS, name: str = "demo-smart", coverag
     scorer, coverage_note = None, "not measured (coverage=False)"
     if coverage:
         try:
-            from edgecap.metrics.coverage import CoverageScorer
-
             scorer = CoverageScorer()
             coverage_note = ("SMArT object coverage (spaCy nouns, GloVe 6B-50d, clipped cosine) of the "
                              "beam-3 captions vs the world's objects.json, per area threshold: a class "
@@ -165,7 +159,6 @@ def rescore(data: Path, out_dir: Path = ASSETS, name: str = "demo-smart") -> dic
     """Measure the packaged asset again on `data`, the world it was trained on, into the
     metrics file's `asset` entry; the weights are not rewritten."""
     from edgecap.data.synth.dataset import is_world_of
-    from edgecap.metrics.coverage import CoverageScorer
 
     asset, metrics_path = out_dir / f"{name}.pt", out_dir / f"{name}.metrics.json"
     for f in (asset, metrics_path):

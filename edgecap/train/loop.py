@@ -40,7 +40,9 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
+from edgecap.contract.beam import DecodeOptions
 from edgecap.contract.vocab import Vocab
 from edgecap.data.datasets import (
     CaptionDataset,
@@ -57,9 +59,17 @@ from edgecap.io import (
     write_text_atomic,
 )
 from edgecap.jsonio import read_json
-from edgecap.models.checkpoint import read_payload, save_checkpoint, save_payload
+from edgecap.models.checkpoint import (
+    check_weights,
+    load_checkpoint,
+    read_payload,
+    save_checkpoint,
+    save_payload,
+)
 from edgecap.models.factory import build_from_config
+from edgecap.models.pretrained import sha256_file, weights_file
 from edgecap.progress import bar_wanted, progress_bar
+from edgecap.train.averaging import average_weights, epoch_files, keep_epoch
 from edgecap.train.config import TrainConfig, to_toml
 from edgecap.train.hook import HookRun, run_hooks
 from edgecap.train.metrics_log import MetricsLog, plot_curves
@@ -81,6 +91,8 @@ from edgecap.train.run_dir import (
 )
 from edgecap.train.schedules import Constant, make_optimizer, set_lr, xe_schedule
 from edgecap.train.scst import SCST, reward_scorer
+from edgecap.train.split_captions import caption_images, ciderd, results
+from edgecap.train.startup import announce
 from edgecap.train.xe import CaptionTrainModule, xe_step
 
 PHASES = ("xe", "scst")
@@ -207,8 +219,6 @@ class Trainer:
         self.train_refs = [im.caption_strings() for im in self.splits.train]
         self.module = CaptionTrainModule(self.model, frozen_visual=self.hooks.freezes_visual)
         if self.world > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.module = DistributedDataParallel(self.module, device_ids=ids)
         self.metrics = MetricsLog(self.out / "metrics.jsonl", self.is_main)
@@ -249,7 +259,6 @@ class Trainer:
         self.model_cfg = cfg.model_config(len(v), {"pad": v.pad_id, "bos": v.bos_id, "eos": v.eos_id, "unk": v.unk_id})
         vc = self.model_cfg.visual
         if vc.weights and not vc.weights_sha256:  # the checkpoint names the exact weights it froze
-            from edgecap.models.pretrained import sha256_file, weights_file
 
             self.model_cfg = self.model_cfg.replace(**{"visual.weights_sha256": sha256_file(weights_file(vc.weights))})
         self.features_provenance = cfg.features_provenance()
@@ -279,8 +288,6 @@ class Trainer:
 
     def _init_weights(self, path: str) -> None:
         """--init-from: a new run (e.g. SCST only) starts from a trained checkpoint's weights."""
-        from edgecap.models.checkpoint import check_weights
-
         payload, self._init = self._init, None
         weights = {k: v.float() if v.is_floating_point() else v for k, v in payload["state_dict"].items()}
         check_weights(self.model.state_dict(), weights, f"--init-from {path}",
@@ -537,9 +544,6 @@ class Trainer:
     def validate(self, items=None) -> tuple[float, list[str]]:
         """CIDEr-D of the model's captions of the validation images (or `items`, from the same
         source) with [run].val_beam, the beam that selects best.pt."""
-        from edgecap.contract.beam import DecodeOptions
-        from edgecap.train.split_captions import caption_images, ciderd
-
         items = self.val_images if items is None else items
         options = DecodeOptions(beam_size=self.cfg.run.val_beam, max_len=self.model_cfg.max_len)
         captions = caption_images(self.model, self.vocab, self.eval_source, items, options,
@@ -569,8 +573,6 @@ class Trainer:
                 s.best_xe, s.best_xe_epoch = score, s.epoch
                 self._save_model("best_xe.pt", score)
             if self.cfg.run.average_last:
-                from edgecap.train.averaging import keep_epoch
-
                 keep_epoch(self.out, self.model, self.vocab, self._meta(score), s.phase, s.epoch,
                            self.cfg.run.average_last)
             if self.bar is not None and self.progress:
@@ -596,8 +598,6 @@ class Trainer:
             if self.state.done and not self.test:
                 return self.summary(stopped=False)
             if not self.state.done:
-                from edgecap.train.startup import announce
-
                 announce(self)
                 phases = self.cfg.phases()
                 start = phases.index(self.state.phase) if self.state.phase in phases else 0
@@ -675,8 +675,6 @@ class Trainer:
 
     def _average(self) -> None:
         """[run].average_last: averaged.pt from the final phase's last epoch ends, validated."""
-        from edgecap.train.averaging import average_weights, epoch_files
-
         n = self.cfg.run.average_last
         files = epoch_files(self.out, self.state.phase)[-n:] if n else []
         if not files or not self.is_main:
@@ -696,8 +694,6 @@ class Trainer:
         if not self.is_main:
             barrier()
             return
-        from edgecap.models.checkpoint import load_checkpoint
-        from edgecap.train.split_captions import results
 
         with self._weights(load_checkpoint(self.out / "best.pt").model.state_dict()):
             score, captions = self.validate(self.splits.test)

@@ -8,6 +8,7 @@ from pathlib import Path
 from edgecap.errors import require
 from edgecap.io import append_whole, write_text_atomic
 from edgecap.jsonio import read_bytes, read_objects
+from edgecap.png import save_figure
 
 
 class MetricsLog:
@@ -60,7 +61,6 @@ def plot_curves(records: list[dict], path: Path) -> None:
     if ax2.lines:
         ax2.legend()
     fig.tight_layout()
-    from edgecap.png import save_figure
 
     save_figure(fig, path, dpi=100, checked=True)  # the run directory's own rules guard its files
     plt.close(fig)

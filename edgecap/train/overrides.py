@@ -22,7 +22,19 @@ from typing import Any
 
 from edgecap.errors import EdgecapError, did_you_mean
 from edgecap.jsonio import read_text
-from edgecap.train.config import TrainConfig, parse_config, to_toml
+from edgecap.train.config import (
+    DataSection,
+    OptimSection,
+    RunSection,
+    ScheduleSection,
+    SCSTSection,
+    SynthSection,
+    TrainConfig,
+    hook_sections_classes,
+    parse_config,
+    section_names,
+    to_toml,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,15 +46,6 @@ UNTYPED = object()  # a field whose default does not tell its type (e.g. None)
 
 def _section_classes() -> dict[str, type]:
     """Every section but [model]: the trainer's own, then each training hook's."""
-    from edgecap.train.config import (
-        DataSection,
-        OptimSection,
-        RunSection,
-        ScheduleSection,
-        SCSTSection,
-        hook_sections_classes,
-    )
-
     return {"data": DataSection, "optim": OptimSection, "schedule": ScheduleSection, "scst": SCSTSection,
             "run": RunSection, **hook_sections_classes()}
 
@@ -58,7 +61,6 @@ def _fields(node) -> dict[str, Any]:
 def schema_default(key: str, where: str):
     """The default of the config field `key` names (its type checks the new value)."""
     from edgecap.models.config import CaptionerConfig
-    from edgecap.train.config import SynthSection, section_names
 
     parts = key.split(".")
     if len(parts) < 2 or not all(parts):

@@ -17,18 +17,21 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from edgecap.errors import EdgecapError
+from edgecap.models.checkpoint import check_weights, read_payload
+from edgecap.retrieval import RetrievalMemory, image_embeddings
+from edgecap.retrieval.command import feature_embeddings, model_embeddings, visual_fingerprint
+from edgecap.retrieval.index import FILES, CaptionIndex
 
 
 def load_visual(model, checkpoint: str | Path) -> None:
     """Copy the visual front end of `checkpoint` into `model` (shapes must match)."""
-    from edgecap.models.checkpoint import check_weights, read_payload
-
     payload = read_payload(checkpoint)
     theirs = {k[len("visual."):]: v for k, v in payload["state_dict"].items() if k.startswith("visual.")}
     mine = model.visual.state_dict()
@@ -65,11 +68,6 @@ def _check_index(index, path: Path, model, fingerprint: str | None, n_train: int
 def build_index(model, train_items, out: Path, images: Path | None, features: Path | None,
                 kind: str, batch_size: int, info: dict, progress: bool):
     """Embed the training images (frozen front end, or HDF5 features) and save the index at `out`."""
-    import time
-
-    from edgecap.retrieval.command import feature_embeddings, model_embeddings, visual_fingerprint
-    from edgecap.retrieval.index import CaptionIndex
-
     start = time.perf_counter()
     if features is not None:
         emb, made = feature_embeddings(str(features), train_items, progress=progress)
@@ -89,9 +87,6 @@ def prepare_index(model, r, seed: int, train_items, out: Path, images: Path | No
                   is_main: bool, barrier, progress: bool) -> Path:
     """Reuse [retrieval].index (`r`, the run's section) or <run dir>/index (checked against the
     frozen front end), or build the latter on rank 0; -> the index directory (absolute)."""
-    from edgecap.retrieval.command import visual_fingerprint
-    from edgecap.retrieval.index import FILES, CaptionIndex
-
     fingerprint = visual_fingerprint(model) if images is not None else None
     if r.index:
         path = Path(r.index).resolve()
@@ -111,8 +106,6 @@ class TrainingRetrieval:
     """Memory tokens for training items (stored neighbours) and for validation features (search)."""
 
     def __init__(self, path: Path, vocab, model_cfg):
-        from edgecap.retrieval import CaptionIndex, RetrievalMemory
-
         self.path = path
         self.memory = RetrievalMemory.for_model(CaptionIndex.load(path), vocab.stoi, model_cfg)
 
@@ -122,7 +115,5 @@ class TrainingRetrieval:
 
     def for_features(self, feats: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor]:
         """Images outside the index (validation): search with their features, like the bundle."""
-        from edgecap.retrieval import image_embeddings
-
         emb = image_embeddings(feats.detach().float().cpu().numpy(), mask.detach().cpu().numpy())
         return (torch.from_numpy(self.memory.for_embeddings(emb)).to(feats.device),)

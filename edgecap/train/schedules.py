@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from edgecap.errors import EdgecapError
+
 
 @dataclass(frozen=True)
 class Noam:
@@ -84,7 +86,6 @@ def make_optimizer(name: str, params, lr: float, betas, eps: float = 1e-8, weigh
     if weight_decay:
         # Adam's L2 penalty is scaled by the adaptive step; AdamW decouples it. Refuse the
         # ambiguous combination rather than pick one silently.
-        from edgecap.errors import EdgecapError
 
         raise EdgecapError("optim.weight_decay needs optimizer = \"adamw\"")
     return torch.optim.Adam(params, lr=lr, betas=tuple(betas), eps=eps)

@@ -15,15 +15,15 @@ from pathlib import Path
 import torch
 
 from edgecap.contract.beam import DecodeOptions
+from edgecap.data.datasets import FeatureSource, ImageSource
 from edgecap.data.karpathy import KarpathyImage
+from edgecap.metrics.ciderd import CiderD
 from edgecap.models.decoding import generate
 
 
 def feature_source(features: str | Path, model_cfg, meta: dict | None = None):
     """The features file as the model reads it: padded to its n_regions, and for a model
     imported from the official M2 code every row visible (that code never masked its padding)."""
-    from edgecap.data.datasets import FeatureSource
-
     source = FeatureSource(features, model_cfg.n_regions, model_cfg.d_in)
     if (meta or {}).get("encoder_mask") == "all-rows":
         source.store.mask_padding = False
@@ -31,8 +31,6 @@ def feature_source(features: str | Path, model_cfg, meta: dict | None = None):
 
 
 def image_source(images: str | Path, model_cfg):
-    from edgecap.data.datasets import ImageSource
-
     return ImageSource(images, model_cfg.visual)
 
 
@@ -72,8 +70,6 @@ def results(items: list[KarpathyImage], captions: list[str]) -> list[dict]:
 def ciderd(items: list[KarpathyImage], captions: list[str]) -> float:
     """CIDEr-D of the captions against the items' references, document frequencies from them
     (as the COCO evaluation computes it over a split)."""
-    from edgecap.metrics.ciderd import CiderD
-
     refs = [item.caption_strings() for item in items]
     score, _ = CiderD(refs).score(captions, refs)
     return float(score)

@@ -13,10 +13,13 @@ Warnings (each one line on stderr, `edgecap: warning: ...`):
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from edgecap.errors import random_front_end as random_front_end_message
 from edgecap.errors import warn
+from edgecap.train.schedules import xe_schedule
 
 SIMILAR_COSINE = 0.98  # random resnet50 features: 0.994; trained backbones' COCO features: well below 0.9
 SIMILAR_SAMPLE = 32  # images whose features are compared (pairwise)
@@ -70,8 +73,6 @@ def xe_steps(trainer) -> int:
 
 
 def schedule_warnings(trainer) -> list[str]:
-    from edgecap.train.schedules import xe_schedule
-
     cfg, out = trainer.cfg, []
     total = xe_steps(trainer)
     if total == 0:
@@ -146,8 +147,6 @@ def _vocabulary_origin(cfg) -> str:
 
 def announce(trainer) -> None:
     """Rank 0, before the first step: the summary (unless --quiet), then the warnings (always)."""
-    import sys
-
     if not trainer.is_main:
         return
     if trainer.progress:

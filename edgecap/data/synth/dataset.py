@@ -19,10 +19,12 @@ import numpy as np
 from edgecap.argtypes import FRAME_COUNT, IMAGE_SIDE, SEED, SEQUENCE_FRAMES, SYNTH_IMAGES
 from edgecap.errors import EdgecapError, require
 from edgecap.io import SYNTHETIC_WORLD, atomic_dir, check_replaceable, probe_writable
+from edgecap.jsonio import json_or_none
 from edgecap.progress import progress_bar
 
 from .budget import check_budget
 from .grammar import captions
+from .rosbag import McapClipSink
 from .scene import render, sample_scene
 from .world import TabletopWorld, rng_for
 from .writers import (
@@ -108,8 +110,6 @@ def generate_dataset(out, n_images: int, seed: int = 0, size: int = 128, sequenc
 def is_world_of(root: str | Path, synth: dict, keys=("seed", "size", "image_format")) -> bool:
     """Whether `root` holds a world `generate_dataset` wrote with these settings (a training
     config's [data.synth]): its synth.json agrees on `keys`."""
-    from edgecap.jsonio import json_or_none
-
     root = Path(root)
     meta = root / "synth.json"
     if not (root / "dataset_coco.json").is_file() or not meta.is_file():
@@ -158,8 +158,6 @@ def _write_video(path: Path, seed: int, size: int, n_frames: int, fps: float, ba
     sink = VideoSink(path, size, fps)
     log = None
     if mcap:
-        from .rosbag import McapClipSink
-
         log = McapClipSink(path.with_suffix(".mcap"), world)
     try:
         for t in range(n_frames):

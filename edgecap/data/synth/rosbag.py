@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgecap.ros.images import bgr_to_image, header
+from edgecap.ros.mcap_out import McapLogWriter
+
 from .world import TabletopWorld
 
 START_NS = 1_700_000_000_000_000_000       # 2023-11-14T22:13:20Z: fixed, so files are reproducible
@@ -25,8 +28,6 @@ INFO_TOPIC = "/camera/camera_info"
 
 def camera_info(world: TabletopWorld, t: int, stamp_ns: int) -> dict:
     """sensor_msgs/CameraInfo fields of frame t."""
-    from edgecap.ros.images import header
-
     cam = world.camera(t)
     size = world.size
     f, cx, cy = cam.focal * size, size / 2.0, cam.horizon * size
@@ -43,15 +44,11 @@ class McapClipSink:
     """Writes frames of the clip to `path` as they are rendered (beside the mp4)."""
 
     def __init__(self, path: Path, world: TabletopWorld):
-        from edgecap.ros.mcap_out import McapLogWriter
-
         self.world = world
         self.writer = McapLogWriter(path, "--mcap", {"generator": "edgecap.data.synth",
                                                      "seed": str(world.seed)})
 
     def write(self, t: int, image) -> None:
-        from edgecap.ros.images import bgr_to_image
-
         stamp = START_NS + round(t * 1e9 / self.world.fps)
         log_time = stamp + TRANSPORT_NS
         self.writer.write(IMAGE_TOPIC, "sensor_msgs/msg/Image",

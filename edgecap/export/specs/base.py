@@ -32,6 +32,8 @@ from torch import nn
 from edgecap.contract.manifest import FrontEndInfo
 from edgecap.contract.preprocess import Preprocessing
 from edgecap.contract.state import CACHE_NEXT_SUFFIX, CACHE_OUT_SUFFIX
+from edgecap.errors import EdgecapError
+from edgecap.models.frontends import FrontEnd, provenance, weights_label
 from edgecap.models.registry import Registry
 
 TOKEN, STEP, LOGPROBS = "token", "step", "logprobs"
@@ -157,8 +159,6 @@ class ExportSpec:
         self.extra_names = tuple(getattr(model, "encode_extra_names", ()))
         cache = model.init_cache(1)
         if any(bool(t.any()) for t in cache):
-            from edgecap.errors import EdgecapError
-
             raise EdgecapError(f"model {self.cfg.name!r}: init_cache is not all zeros; bundles start the cache at zeros")
         self.top_k = min(beam, self.cfg.vocab_size)
 
@@ -179,8 +179,6 @@ class ExportSpec:
     def frontend(self) -> FrontEndInfo | None:
         """The manifest's `frontend` record for a real-size front end (None for the others):
         which backbone, which weights ("random" when seeded random), what its tokens are."""
-        from edgecap.models.frontends import FrontEnd, provenance, weights_label
-
         visual = self.model.visual
         if not isinstance(visual, FrontEnd):
             return None

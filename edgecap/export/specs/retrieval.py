@@ -17,15 +17,15 @@ from pathlib import Path
 from edgecap.errors import EdgecapError
 from edgecap.export.specs.base import EXPORT_SPECS
 from edgecap.export.specs.transformer import TransformerSpec
+from edgecap.retrieval.bundle import write_assets
+from edgecap.retrieval.command import visual_fingerprint
+from edgecap.retrieval.index import CaptionIndex
+from edgecap.retrieval.memory import caption_token_table
 
 
 @EXPORT_SPECS.register("retrieval")
 class RetrievalSpec(TransformerSpec):
     def assets(self, root: Path, vocab) -> dict | None:
-        from edgecap.retrieval.bundle import write_assets
-        from edgecap.retrieval.index import CaptionIndex
-        from edgecap.retrieval.memory import caption_token_table
-
         cfg = self.cfg
         if not cfg.retrieval.index:
             return None  # a bundle whose caller supplies memory_tokens itself
@@ -33,8 +33,6 @@ class RetrievalSpec(TransformerSpec):
         index = CaptionIndex.load(path)
         made = index.meta.get("embedding", {})
         if made.get("visual_sha256"):
-            from edgecap.retrieval.command import visual_fingerprint
-
             if visual_fingerprint(self.model) != made["visual_sha256"]:
                 raise EdgecapError(
                     f"retrieval index {path} was built with a different visual front end than this "

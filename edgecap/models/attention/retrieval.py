@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from edgecap.contract.state import cross_tensor
+from edgecap.errors import EdgecapError
 from edgecap.models.attention.base import MultiHeadAttention, slots_before
 from edgecap.models.core import FeedForward, sinusoid_table
 from edgecap.models.registry import CONFIG_SECTIONS, DECODER_SELF_ATTENTION
@@ -67,8 +68,6 @@ class MemoryEncoder(nn.Module):
         b, k, length = tokens.shape
         r = self.cfg.retrieval
         if (k, length) != (r.k, r.length):
-            from edgecap.errors import EdgecapError
-
             raise EdgecapError(
                 f"memory_tokens have shape {tuple(tokens.shape)}, expected [B, {r.k}, {r.length}] "
                 "(retrieval.k captions of retrieval.length tokens)"

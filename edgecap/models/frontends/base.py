@@ -18,13 +18,18 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from edgecap.contract.manifest import RANDOM_WEIGHTS
 from edgecap.errors import EdgecapError, did_you_mean
+from edgecap.io import sha256_file
+from edgecap.models.config import CaptionerConfig
 from edgecap.models.frontends.openclip_names import open_clip_names
+from edgecap.models.pretrained import resolve_weights, weights_file
+from edgecap.models.registry import VISUAL
 
 RANDOM_SEED = 0
 RANDOM = RANDOM_WEIGHTS  # what the manifest and HDF5 provenance say for seeded random weights
@@ -75,7 +80,6 @@ def weights_to_load(vc, what: str):
     the checkpoint's state dict brings the weights, the file need not exist here)."""
     if not vc.weights or _SKELETON.get():
         return None
-    from edgecap.models.pretrained import resolve_weights
 
     return resolve_weights(vc.weights, vc.weights_sha256, what=what)
 
@@ -252,8 +256,6 @@ def _rounded(values) -> tuple:
 
 
 def frontend_class(kind: str) -> type[FrontEnd]:
-    from edgecap.models.registry import VISUAL
-
     cls = VISUAL.get(kind)
     if not (isinstance(cls, type) and issubclass(cls, FrontEnd)):
         raise EdgecapError(
@@ -299,8 +301,6 @@ def frontend_overrides(backbone: str, image_size: int = 0, weights: str = "", sh
 
 def build_frontend(backbone: str, image_size: int = 0, weights: str = "", sha256: str = "") -> FrontEnd:
     """A front end on its own (no captioner): `edgecap features extract`, benchmarks."""
-    from edgecap.models.config import CaptionerConfig
-
     cfg = CaptionerConfig(name=f"frontend-{backbone}").replace(
         **frontend_overrides(backbone, image_size, weights, sha256))
     return frontend_class(cfg.visual.kind)(cfg)
@@ -309,11 +309,6 @@ def build_frontend(backbone: str, image_size: int = 0, weights: str = "", sha256
 def provenance(vc, n_tokens: int, width: int) -> dict:
     """What made a set of features: written into HDF5 files, checked when a bundle gets the
     front end its captioner was trained on."""
-    from pathlib import Path
-
-    from edgecap.io import sha256_file
-    from edgecap.models.pretrained import weights_file
-
     backbone = Path(vc.backbone).stem if vc.backbone.endswith(".json") else vc.backbone
     return {
         "kind": vc.kind,
@@ -328,6 +323,4 @@ def provenance(vc, n_tokens: int, width: int) -> dict:
 
 def weights_label(vc) -> str:
     """What the manifest says about a front end's weights: a file name, or "random"."""
-    from edgecap.models.pretrained import weights_file
-
     return weights_file(vc.weights).name if vc.weights else RANDOM

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from edgecap.train.hook import TrainingHook, register
+from edgecap.train.prototypes import PrototypeMemory, check_settings
 
 
 @dataclass
@@ -33,14 +34,10 @@ class PrototypeRefresh(TrainingHook):
 
     @classmethod
     def check(cls, config: PrototypeSection, model_cfg, where: str) -> None:
-        from edgecap.train.prototypes import check_settings
-
         settings = dataclasses.asdict(config)
         check_settings(f"{where}: [prototypes]", **settings)
 
     def setup(self, run) -> None:
-        from edgecap.train.prototypes import PrototypeMemory
-
         settings = {k: v for k, v in dataclasses.asdict(self.config).items() if v is not None}
         self.memory = PrototypeMemory(run.model, **{"seed": run.cfg.run.seed, **settings})
 

@@ -20,6 +20,12 @@ from edgecap.models.registry import VISUAL
 from edgecap.train.config import choice, positive
 from edgecap.train.hook import TrainingHook, register
 from edgecap.train.process import barrier
+from edgecap.train.retrieval import (
+    TrainingRetrieval,
+    freeze_visual,
+    load_visual,
+    prepare_index,
+)
 
 
 @dataclass
@@ -60,8 +66,6 @@ class RetrievalHook(TrainingHook):
 
     @classmethod
     def for_checkpoint(cls, checkpoint) -> RetrievalHook:
-        from edgecap.train.retrieval import TrainingRetrieval
-
         index = checkpoint.config.retrieval.index
         if not index:
             raise EdgecapError("this RA-Transformer checkpoint names no retrieval index (retrieval.index)")
@@ -70,13 +74,6 @@ class RetrievalHook(TrainingHook):
         return hook
 
     def setup(self, run) -> None:
-        from edgecap.train.retrieval import (
-            TrainingRetrieval,
-            freeze_visual,
-            load_visual,
-            prepare_index,
-        )
-
         r, model = self.config, run.model
         if r.visual_from:
             load_visual(model, r.visual_from)
