@@ -225,3 +225,185 @@ def test_no_package_import_cycle():
         packages.setdefault(_top_package(module), set()).update(
             _top_package(t) for t in targets if _top_package(t) != _top_package(module))
     assert _cycles(packages) == []
+
+
+# -- imports inside functions -----------------------------------------------------------------
+# edgecap's own modules and the standard library are imported at the top of a module, where a
+# reader sees what it depends on. A function imports only what would load a heavy library into
+# a process that may never need it (the runtime without torch; `edgecap --help`, `edgecap run
+# --help`, `edgecap ros2 --help` without onnxruntime, cv2 or rclpy): a heavy library itself, or
+# an edgecap module whose top-level imports load one (directly or through other edgecap modules,
+# package __init__ files included; worked out from the syntax trees below, and checked against
+# a real interpreter by test_modules_judged_light_load_no_heavy_library).
+#
+# Heavy: every library outside the standard library, numpy and tqdm included (measured on
+# `edgecap eval --help` on a shared 2-core machine: 77 ms, 190 ms with them pulled in at the top),
+# and three standard-library modules that cost as much (median import, fresh interpreter):
+SLOW_STDLIB = {
+    "importlib.metadata": "about 40 ms (email, zipfile, csv), for a version or an installed file",
+    "concurrent.futures": "about 12 ms (threads and processes), for one thread pool",
+    "tomllib": "about 7 ms (typing, datetime, re); edgecap.jsonio, which every command loads, reads TOML",
+}
+# A module that already loads a heavy library other than numpy (torch, cv2, rclpy ...) is itself
+# imported lazily, off every start-up path, so its imports inside functions must keep out a
+# library it does not load already. numpy is the exception: the torch-free start-up paths load it
+# (`edgecap run --help` reads the detector's defaults), and there a lazy import of another numpy
+# module keeps the runtime's sessions, engines and manifest out (moved to the top, they added 43
+# modules and about 100 ms to `edgecap run --help`, same machine).
+#
+# Imports inside functions that stay for a reason other than weight, with the reason:
+FUNCTION_IMPORTS_ALLOWED = {
+    ("edgecap.__main__", "edgecap.cli"): "the start-up signal handlers go in before edgecap loads",
+}
+
+
+def _sources() -> tuple[dict[str, str], set[str]]:
+    """edgecap's importable modules (name -> source; a ROS launch file such as x.launch.py is
+    no module) and which of them are packages."""
+    paths = {_module_name(p): p for p in (REPO / "edgecap").rglob("*.py") if "." not in p.stem}
+    return ({m: p.read_text(encoding="utf-8") for m, p in paths.items()},
+            {m for m, p in paths.items() if p.name == "__init__.py"})
+
+
+def _is_heavy(name: str) -> bool:
+    top = name.split(".")[0]
+    if top in ("edgecap", "__future__"):
+        return False
+    if top not in sys.stdlib_module_names:
+        return True
+    return any(name == slow or name.startswith(slow + ".") for slow in SLOW_STDLIB)
+
+
+def _library(name: str) -> str:
+    """The heavy library an import loads: a distribution's top-level package, or the slow
+    standard-library module."""
+    top = name.split(".")[0]
+    return top if top not in sys.stdlib_module_names else next(s for s in SLOW_STDLIB if name.startswith(s))
+
+
+def _import_statements(module: str, source: str, modules, packages) -> list[tuple[list[str], bool, int]]:
+    """(names, at the top, line) per import statement of `module`. Names: `import a.b` gives
+    a.b; `from a import b` gives a and a.b (a.b where that is an edgecap module, or any name
+    from another package). At the top: run on import, class bodies and try blocks included,
+    `if TYPE_CHECKING:` blocks not (they never run)."""
+    import ast
+
+    package = module if module in packages else module.rpartition(".")[0]
+    found = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and getattr(child.test, "id", getattr(child.test, "attr", "")) == "TYPE_CHECKING":
+                continue
+            if isinstance(child, ast.Import):
+                found.append(([alias.name for alias in child.names], not in_function, child.lineno))
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - child.level + 1] + ([child.module] if child.module else []))
+                names = [f"{base}.{alias.name}" for alias in child.names]
+                if base.split(".")[0] == "edgecap":
+                    names = [n for n in names if n in modules]
+                found.append(([base, *names], not in_function, child.lineno))
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def _owner(name: str, modules) -> str | None:
+    """The edgecap module that defines `name` (a module, or a name inside one)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _top_level_libraries(sources: dict[str, str], packages) -> dict[str, frozenset[str]]:
+    """edgecap module -> the heavy libraries importing it loads: its own top-level imports, its
+    package's __init__, and the same for every edgecap module those import."""
+    direct, edges = {}, {}
+    for module, source in sources.items():
+        libraries, targets = set(), {_owner(module.rpartition(".")[0], sources)}
+        for names, at_top, _ in _import_statements(module, source, sources, packages):
+            for name in names if at_top else ():
+                if name.split(".")[0] == "edgecap":  # a.b.c runs a, a.b and a.b.c
+                    parts = name.split(".")
+                    targets.update(_owner(".".join(parts[:i]), sources) for i in range(1, len(parts) + 1))
+                elif _is_heavy(name):
+                    libraries.add(_library(name))
+        direct[module], edges[module] = libraries, targets - {None, module}
+
+    loaded = {}
+    for module in sources:  # everything it reaches (a package and its modules reach each other)
+        reached, todo = {module}, [module]
+        while todo:
+            for target in edges[todo.pop()] - reached:
+                reached.add(target)
+                todo.append(target)
+        loaded[module] = frozenset().union(*(direct[m] for m in reached))
+    return loaded
+
+
+def _function_import_problems(sources: dict[str, str], packages) -> list[str]:
+    """One line per import inside a function that the rule above does not allow."""
+    heavy = _top_level_libraries(sources, packages)
+    problems = []
+    for module, source in sorted(sources.items()):
+        mine = heavy[module]
+        for names, at_top, line in _import_statements(module, source, sources, packages):
+            if at_top or (module, names[0]) in FUNCTION_IMPORTS_ALLOWED:
+                continue
+            where = f"{module} line {line}: import of {names[0]} inside a function"
+            if names[0].split(".")[0] == "edgecap":
+                loads = frozenset().union(*(heavy[o] for o in (_owner(n, sources) for n in names) if o))
+                if not loads:
+                    problems.append(f"{where}: it loads no heavy library; import it at the top")
+                elif mine - {"numpy"} and loads <= mine:
+                    problems.append(f"{where}: it loads {', '.join(sorted(loads))}, which {module} "
+                                    "loads already; import it at the top")
+            else:
+                loads = {_library(n) for n in names if _is_heavy(n)}
+                if not loads:
+                    problems.append(f"{where}: not a heavy library; import it at the top")
+                elif loads <= mine:
+                    problems.append(f"{where}: {module} loads {', '.join(sorted(loads))} at its top already")
+    return problems
+
+
+def test_imports_inside_functions_are_for_heavy_libraries_only():
+    assert _function_import_problems(*_sources()) == []
+
+
+def test_the_function_import_rule_tells_heavy_from_light():
+    sources = {
+        "edgecap.light": "import json\n",
+        "edgecap.heavy": "import numpy\nfrom edgecap import light\n",
+        "edgecap.torchy": ("import numpy\nimport torch\n\ndef f():\n    import torch\n    from edgecap import heavy\n"
+                           "    import onnx\n"),
+        "edgecap.numpyish": "import numpy\n\ndef f():\n    from edgecap.heavy import y\n",
+        "edgecap.user": ("def f():\n    import json\n    import onnx\n    from importlib.metadata import version\n"
+                         "    from edgecap.light import x\n    from edgecap.heavy import y\n    from edgecap import heavy\n"),
+    }
+    assert _function_import_problems(sources, {"edgecap"}) == [
+        "edgecap.torchy line 5: import of torch inside a function: edgecap.torchy loads torch at its top already",
+        "edgecap.torchy line 6: import of edgecap inside a function: it loads numpy, which edgecap.torchy loads "
+        "already; import it at the top",
+        "edgecap.user line 2: import of json inside a function: not a heavy library; import it at the top",
+        "edgecap.user line 5: import of edgecap.light inside a function: it loads no heavy library; import it at the top",
+    ]
+
+
+def test_modules_judged_light_load_no_heavy_library():
+    """The syntax-tree reading above, checked against an interpreter: every module it finds
+    light, imported together, loads nothing heavy."""
+    light = sorted(m for m, libraries in _top_level_libraries(*_sources()).items() if not libraries)
+    assert len(light) > 30  # the runtime's command, the contract, the CLI's own modules ...
+    code = (
+        "import importlib, json, sys\nbefore = set(sys.modules)\n"
+        f"for name in {light!r}:\n    importlib.import_module(name)\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert sorted({_library(name) for name in loaded if _is_heavy(name) and not name.startswith("__")}) == []

@@ -86,7 +86,6 @@ def make_optimizer(name: str, params, lr: float, betas, eps: float = 1e-8, weigh
     if weight_decay:
         # Adam's L2 penalty is scaled by the adaptive step; AdamW decouples it. Refuse the
         # ambiguous combination rather than pick one silently.
-
         raise EdgecapError("optim.weight_decay needs optimizer = \"adamw\"")
     return torch.optim.Adam(params, lr=lr, betas=tuple(betas), eps=eps)
 
