@@ -1,6 +1,13 @@
-"""Coverage on real language and any class set (issue 40), with the packaged GloVe vectors:
-the class set follows the objects, plural and official class names, verbs the tagger reads as
-nouns, eyewear, dirt bikes and CHAIR's person words, and the per-caption hallucination side."""
+"""Coverage on real language and any class set (issue 40), read alike everywhere, with the
+packaged GloVe vectors.
+
+- The class set follows the objects; plural and official class names, verbs the tagger reads
+  as nouns, eyewear, dirt bikes and CHAIR's person words; the per-caption hallucination side.
+- `eval coverage`, `edgecap run`'s per-frame coverage and CHAIR read captions with the same
+  extraction: the same nouns, the same classes named, the same scores.
+- `edgecap eval coverage` reports the other side of coverage beside it (what each caption
+  names that is not in view), agreeing with `edgecap eval chair` on the same captions, and reads
+  a recorded run's COCO-named objects without false credit, naming an unknown class once."""
 
 import json
 
@@ -9,10 +16,11 @@ import pytest
 pytest.importorskip("spacy")
 
 from edgecap.metrics.chair import Chair  # noqa: E402
-from edgecap.metrics.coverage import CoverageScorer  # noqa: E402
+from edgecap.metrics.coverage import CoverageScorer, threshold_label  # noqa: E402
 from edgecap.metrics.vocabulary import COCO, COCO_EXTRA_SYNONYMS, PERSON_WORDS  # noqa: E402
 from edgecap.runtime.scoring import CoverageAnnotator  # noqa: E402
 from edgecap.runtime.sources import KnownObject  # noqa: E402
+from tests.test_eval_cli import write_acvr  # noqa: E402
 
 # COCO's names of two or more words (and "skis", "scissors": plural names of one)
 COCO_MULTIWORD = [c for c in COCO.classes if " " in c]
@@ -190,3 +198,207 @@ def test_the_live_annotator_puts_the_other_side_in_records_and_the_summary():
     assert h["hallucinated_mentions"] == 6 and h["frames_with_hallucination"] == 4
     assert h["CHAIR-s"] == pytest.approx(4 / 6, abs=1e-6)
     assert "CHAIR-s 66.7%" in summary.human()
+
+
+# -- eval coverage, edgecap run and CHAIR read captions alike --------------------------------------
+FRAMES = [
+    ("a teddy bear next to a hot dog on a dining table", {"teddy bear": 0.1, "hot dog": 0.05, "dining table": 0.3}),
+    ("a dog next to a bear", {"hot dog": 0.2, "teddy bear": 0.2}),
+    ("two men holding baseball bats", {"person": 0.3, "baseball bat": 0.05}),
+    ("a sandwich cut in half on a plate", {"sandwich": 0.2, "bowl": 0.1}),
+    ("an orange cat on a couch next to a remote control", {"cat": 0.2, "couch": 0.4, "orange": 0.02}),
+    ("Two Teddy Bears and a cell phone", {"teddy bear": 0.3, "laptop": 0.2}),
+]
+
+
+def _objects(gt):
+    return [KnownObject(cls, (0.0, 0.0, 9.0, 9.0), area) for cls, area in gt.items()]
+
+
+@pytest.fixture(scope="module")
+def live():
+    """The live loop's annotator over COCO's classes, as `edgecap run --detections` makes it."""
+    annotator = CoverageAnnotator(vocabulary=COCO)
+    return [annotator.score(caption, _objects(gt)) for caption, gt in FRAMES]
+
+
+def test_the_live_annotator_scores_as_the_scorer(live):
+    scorer = CoverageScorer(vocabulary=COCO)
+    for (caption, gt), (coverage, matches) in zip(FRAMES, live, strict=True):
+        result = scorer.score([caption], [gt])[0]
+        assert coverage == {threshold_label(t): v for t, v in result.coverage.items()}
+        assert matches == [m.to_json() for m in result.matches[0.01]]
+
+
+def test_eval_coverage_of_the_records_gives_each_frames_live_score(live, run_cli, tmp_path):
+    log = tmp_path / "run.jsonl"
+    with log.open("w") as fh:
+        for i, ((caption, gt), (coverage, _)) in enumerate(zip(FRAMES, live, strict=True)):
+            fh.write(json.dumps({"source": "cam", "frame_id": i, "caption": caption,
+                                 "objects": [o.to_json() for o in _objects(gt)], "coverage": coverage}) + "\n")
+    code, _, err = run_cli("eval", "coverage", "--records", log, "--classes", "coco", "--out", tmp_path / "e",
+                           "--no-plot")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "e" / "coverage.json").read_text())
+    images = doc["files"]["run"]["images"]
+    assert doc["options"]["classes"] == COCO.origin
+    for i, (coverage, _) in enumerate(live):
+        assert images[str(i)]["coverage"] == pytest.approx(coverage, abs=1e-6)
+
+
+def test_chair_mentions_are_the_nouns_coverage_reads():
+    chair = Chair(classes=COCO.classes).read_nouns()
+    scorer = CoverageScorer(vocabulary=COCO)
+    for caption, gt in FRAMES:
+        result = scorer.score([caption], [gt])[0]
+        mentions = chair.mentions(caption)
+        naming = [n for n in result.nouns if COCO.class_of(n) is not None]
+        assert list(dict.fromkeys(noun for noun, _ in mentions)) == naming, caption
+        named_in_view = {cls for _, cls in mentions if cls in gt}
+        assert named_in_view == {m.cls for m in result.matches[0.01] if m.exact}, caption
+    # what the word scan got wrong and the nouns do not: "orange" is a colour here
+    assert ("orange", "orange") not in chair.mentions(FRAMES[4][0])
+    assert ("orange", "orange") in Chair(classes=COCO.classes).mentions(FRAMES[4][0])
+
+
+def test_edgecap_run_scores_coco_detections_against_their_categories(tmp_path):
+    """`edgecap run --detections` of COCO results reads captions for COCO's 80 classes, or for the
+    --categories file's; edgecap's own JSON Lines detections keep ACVR's 30."""
+    from edgecap.data.coco_categories import load_categories
+    from edgecap.runtime.detections import Detections
+    from edgecap.runtime.execute import coverage_vocabulary
+
+    results = tmp_path / "coco_instances_results.json"
+    results.write_text(json.dumps([{"image_id": 1, "category_id": 88, "bbox": [0, 0, 5, 5], "score": 0.9}]))
+    vocabulary = coverage_vocabulary(Detections(results))
+    assert set(vocabulary.classes) == set(COCO.classes) and "teddy bear" in vocabulary.phrases
+    cats = tmp_path / "data.yaml"
+    cats.write_text("names: [robot arm, mug]\n")
+    results.write_text(json.dumps([{"image_id": 1, "category_id": 1, "bbox": [0, 0, 5, 5], "score": 0.9}]))
+    vocabulary = coverage_vocabulary(Detections(results, categories=load_categories(cats)))
+    assert vocabulary.classes == ("robot arm", "mug") and vocabulary.phrases == ["robot arm"]
+    lines = tmp_path / "det.jsonl"
+    lines.write_text(json.dumps({"frame_id": 0, "objects": [{"class": "cup", "box": [0, 0, 5, 5]}]}) + "\n")
+    assert coverage_vocabulary(Detections(lines)) is None  # the scorer's default: ACVR's 30
+
+
+def test_default_class_set_api_eval_and_run_agree_on_coco_named_objects(run_cli, tmp_path):
+    """With no class set named (the API's default, `eval coverage --records`, `edgecap run
+    --detections FILE.jsonl`), COCO-named objects bring their class names into the set: all three
+    give each frame the same coverage and the same hallucinated mentions."""
+    from edgecap.runtime.detections import Detections
+    from edgecap.runtime.execute import coverage_vocabulary
+
+    lines = tmp_path / "det.jsonl"
+    lines.write_text("".join(json.dumps({"frame_id": i, "objects": [{"class": c, "box": [0, 0, 5, 5]} for c in gt]})
+                             + "\n" for i, (_, gt) in enumerate(FRAMES)))
+    annotator = CoverageAnnotator(vocabulary=coverage_vocabulary(Detections(lines)), log=lambda line: None)
+    live = [annotator.score(caption, _objects(gt)) for caption, gt in FRAMES]
+    api = CoverageScorer(warn=lambda line: None).score([c for c, _ in FRAMES], [g for _, g in FRAMES])
+    log = tmp_path / "run.jsonl"
+    with log.open("w") as fh:
+        for i, (caption, gt) in enumerate(FRAMES):
+            fh.write(json.dumps({"source": "cam", "frame_id": i, "caption": caption,
+                                 "objects": [o.to_json() for o in _objects(gt)]}) + "\n")
+    code, _, err = run_cli("eval", "coverage", "--records", log, "--out", tmp_path / "e", "--no-plot")
+    assert code == 0, err
+    images = json.loads((tmp_path / "e" / "coverage.json").read_text())["files"]["run"]["images"]
+    for i, ((coverage, mentioned), result) in enumerate(zip(live, api, strict=True)):
+        assert coverage == {threshold_label(t): v for t, v in result.coverage.items()}
+        assert images[str(i)]["coverage"] == pytest.approx(coverage, abs=1e-6)
+        assert [(h["noun"], h["class"]) for h in mentioned.hallucinated] == result.hallucinated
+        assert images[str(i)]["hallucinated"] == [list(h) for h in result.hallucinated]
+    assert live[1][0][">1%"] < 0.9  # "a dog next to a bear" against hot dog and teddy bear
+
+
+# -- eval coverage's other side beside coverage ----------------------------------------------------
+EVAL_CAPTIONS = [
+    # 3 mentions, none hallucinated: "dog" is no ACVR class, so it names nothing here
+    {"image_id": "000000/000000", "caption": "a mug next to a laptop and a dog and a mug"},
+    {"image_id": "000000/000001", "caption": "a bottle of water on a table"},  # table: 1 of 2
+    {"image_id": "000001/000000", "caption": "a man sitting on a couch"},      # nothing in view: 2 of 2
+    {"image_id": "000001/000001", "caption": "a television on a sofa"},        # 0 of 2
+]
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory, run_cli_module):
+    root = tmp_path_factory.mktemp("h")
+    acvr = write_acvr(root / "acvr")
+    captions = root / "captions.json"
+    captions.write_text(json.dumps(EVAL_CAPTIONS))
+    code, cov_out, err = run_cli_module("eval", "coverage", "--captions", captions, "--acvr", acvr,
+                                        "--out", root / "cov", "--no-plot")
+    assert code == 0, err
+    code, chair_out, err = run_cli_module("eval", "chair", "--captions", captions, "--acvr", acvr,
+                                          "--out", root / "chair")
+    assert code == 0, err
+    return (json.loads((root / "cov" / "coverage.json").read_text())["files"]["captions"], cov_out,
+            json.loads((root / "chair" / "chair.json").read_text())["files"]["captions"])
+
+
+@pytest.fixture(scope="module")
+def run_cli_module():
+    import contextlib
+    import io
+
+    from edgecap.cli import main
+
+    def _run(*argv):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([str(a) for a in argv])
+        return code, out.getvalue(), err.getvalue()
+
+    return _run
+
+
+def test_per_caption_hallucination_agrees_with_eval_chair(reports):
+    coverage, _, chair = reports
+    assert set(coverage["images"]) == set(chair["captions"])
+    for image_id, theirs in chair["captions"].items():
+        mine = coverage["images"][image_id]
+        assert mine["mentions"] == theirs["mentions"], image_id
+        assert mine["hallucinated"] == theirs["hallucinated"], image_id
+        if theirs["mentions"]:
+            assert mine["precision"] == pytest.approx(1 - theirs["chair_i"], abs=1e-6), image_id
+    ours, theirs = coverage["summary"]["hallucination"], chair["summary"]
+    for key in ("CHAIR-i", "CHAIR-s", "mentions", "hallucinated_mentions", "captions_with_hallucination"):
+        assert ours[key] == pytest.approx(theirs[key]), key
+    assert ours["hallucinated_mentions"] == 3  # table (a dining table); man (a person), couch
+
+
+def test_the_table_prints_the_other_side_beside_coverage(reports):
+    coverage, printed, _ = reports
+    lines = printed.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("captions ") and "(n=" in line)
+    assert lines[row + 1].split()[0] == "F1"
+    f1 = coverage["summary"]["hallucination"]["f1"][">1%"]
+    assert f"{100 * f1['mean']:5.1f} (n={f1['n_images']})".strip() in lines[row + 1]
+    assert "3 of 9 class mentions not in view (CHAIR-i 33.3%), in 2 of 4 captions (CHAIR-s 50.0%)" in printed
+
+
+def test_records_with_coco_objects_get_no_false_credit_and_one_warning(tmp_path, run_cli_module):
+    frames = [
+        ("a dog running on the grass next to a bear", [("hot dog", 0.2), ("teddy bear", 0.2)]),
+        ("a bat flying near a light", [("baseball bat", 0.2), ("traffic light", 0.2)]),
+        ("two people carrying skis", [("person", 0.3), ("skis", 0.1)]),
+        ("a television next to a forklift", [("tv", 0.2), ("forklift", 0.2)]),
+        ("a forklift", [("forklift", 0.3)]),
+    ]
+    log = tmp_path / "run.jsonl"
+    with log.open("w") as fh:
+        for i, (caption, objects) in enumerate(frames):
+            fh.write(json.dumps({"source": "cam", "frame_id": i, "caption": caption,
+                                 "objects": [{"class": c, "box": [0, 0, 9, 9], "area": a, "box_area": a}
+                                             for c, a in objects]}) + "\n")
+    code, _, err = run_cli_module("eval", "coverage", "--records", log, "--out", tmp_path / "e", "--no-plot")
+    assert code == 0, err
+    assert err.count("warning: class 'forklift' of the objects") == 1
+    assert "hot dog" not in err and "skis" not in err and "'tv'" not in err
+    images = json.loads((tmp_path / "e" / "coverage.json").read_text())["files"]["run"]["images"]
+    for i in (0, 1):
+        assert images[str(i)]["coverage"][">1%"] < 0.9
+        assert not any(m["exact"] for m in images[str(i)]["matches"][">1%"])
+    assert images["2"]["coverage"][">1%"] == 1.0
+    assert images["3"]["gt"] == {"forklift": 0.2, "television": 0.2} and images["3"]["coverage"][">1%"] == 1.0
