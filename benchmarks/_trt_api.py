@@ -1,6 +1,6 @@
 """What edgecap asks of the TensorRT modules (`tensorrt`, `tensorrt_rtx`) and cuda-python, read from edgecap's own source,
 and whether a given module has it. A development tool (benchmarks/trt_api_check.py and
-tests/test_trt_api_check.py run it), not part of the installed package.
+tests/test_tensorrt_api.py run it), not part of the installed package.
 
 The uses are not a hand-written list: the TensorRT code (export/tensorrt.py, the engine
 runner in runtime/engines.py) is parsed, and every attribute read or called on a TensorRT
