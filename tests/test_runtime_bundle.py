@@ -1,21 +1,35 @@
 """The runtime on a real exported bundle: preprocessing parity with the checkpoint, caption
 identity with PyTorch, `edgecap run` from a video, an image folder and an ACVR sequence,
-SIGTERM, bad sources, the latency budget, and a torch-free captioning process."""
+SIGTERM, bad sources, the latency budget, and a torch-free captioning process.
+
+A manifest whose vocabulary does not match the decoder graph's output (edited, or put beside
+another export's graphs) is refused in one line when the bundle opens, not an IndexError while
+captioning.
+
+What `edgecap run` says matches what it did: under --pace every no frame is dropped (the
+frame read ahead when --frames stops the run was counted as one), and --jsonl r.jsonl writes
+its summary to r.summary.json, as docs/runtime.md says.
+"""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from runtime_helpers import terminate_after_records
 
 torch = pytest.importorskip("torch")
 
+from edgecap.contract.manifest import ManifestError  # noqa: E402
 from edgecap.contract.preprocess import preprocess  # noqa: E402
 from edgecap.runtime.captioner import Captioner  # noqa: E402
+from edgecap.runtime.session import Bundle  # noqa: E402
+from tests._export_util import cnn_bundle  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # Non-default preprocessing on purpose: a manifest that dropped the resize filter, channel order
@@ -428,3 +442,72 @@ def test_a_source_that_cannot_open_is_one_line_and_exit_1(tiny, source, expected
     assert code == 1 and stdout == ""
     assert stderr.count("\n") == 1 and stderr.startswith(f"edgecap run: error: {expected}")
     assert "hunter2" not in stderr and not (tmp_path / "run.jsonl").exists()
+
+
+# -- a vocabulary that does not match the decoder graph --------------------------------------------
+@pytest.fixture(scope="module")
+def bundle_dir(tmp_path_factory):
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("vocab")
+    return cnn_bundle(root)
+
+
+@pytest.mark.parametrize("change", [-3, 2], ids=["shorter", "longer"])
+def test_a_vocabulary_of_another_size_is_refused_when_the_bundle_opens(bundle_dir, tmp_path, run_cli, change):
+    copy = tmp_path / "b"
+    shutil.copytree(bundle_dir, copy)
+    data = json.loads((copy / "manifest.json").read_text())
+    itos = data["vocab"]["itos"]
+    words = len(itos)
+    data["vocab"]["itos"] = itos[:change] if change < 0 else itos + [f"extra{i}" for i in range(change)]
+    (copy / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ManifestError, match="come from different exports"):
+        Bundle.load(copy)
+    images = tmp_path / "images"
+    images.mkdir()
+    cv2.imwrite(str(images / "a.png"), np.full((16, 16, 3), 90, np.uint8))
+    code, stdout, stderr = run_cli("run", copy, "--source", images)
+    assert (code, stdout) == (1, "")
+    assert stderr.strip().splitlines() == [
+        f"edgecap run: error: {copy / 'manifest.json'}.vocab: {words + change} words, but decoder_step.onnx "
+        f"scores {words} tokens per step (output 'logprobs' [4, {words}]); the vocabulary and the graph come "
+        "from different exports"]
+
+
+# -- what edgecap run says matches what it did -----------------------------------------------------
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    from tests._export_util import cnn_bundle
+
+    return cnn_bundle(tmp_path_factory.mktemp("words"))
+
+
+@pytest.fixture(scope="module")
+def video(tmp_path_factory):
+    from edgecap.data.synth import generate_dataset
+
+    out = tmp_path_factory.mktemp("words-world") / "data"
+    generate_dataset(out, n_images=1, seed=1, size=32, sequences=0, video_frames=20, progress=False)
+    return out / "video" / "tabletop.mp4"
+
+
+@pytest.mark.parametrize("source", ["video", "synth://tabletop?seed=1&size=32"])
+def test_pace_every_drops_nothing_when_frames_stops_the_run(bundle, video, tmp_path, run_cli, source):
+    source = str(video) if source == "video" else source
+    log = tmp_path / "r.jsonl"
+    code, stdout, stderr = run_cli("run", bundle, "--source", source, "--pace", "every", "--frames", 6,
+                                   "--jsonl", log, "--quiet")
+    assert code == 0, stderr
+    assert "summary: 6 frames captioned, 0 dropped," in stdout
+    summary = json.loads((tmp_path / "r.summary.json").read_text())  # r.jsonl -> r.summary.json
+    assert (summary["frames_captioned"], summary["frames_dropped"], summary["frames_captured"]) == (6, 0, 6)
+    assert f"summary: {tmp_path / 'r.summary.json'}" in stdout
+    assert not (tmp_path / "r.jsonl.summary.json").exists()
+
+
+def test_the_docs_name_the_summary_file_the_run_writes():
+    from pathlib import Path
+
+    runtime = (Path(__file__).resolve().parents[1] / "docs" / "runtime.md").read_text()
+    assert "`--jsonl r.jsonl` writes `r.summary.json`" in runtime
+    assert "FILE.summary.json" not in runtime
