@@ -20,7 +20,7 @@ prefix. Per step it:
 
 The encoder is the model's own (the official one runs it once too, inside step 0). Attention
 is written here as the official ScaledDotProductAttention computes it, over the model's own
-linear layers, so the captions are the model's: `tests/test_official_m2.py` checks them
+linear layers, so the captions are the model's: `tests/test_beam_reference.py` checks them
 against edgecap's decoding.
 """
 
