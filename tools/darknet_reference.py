@@ -7,7 +7,7 @@ Needs OpenCV < 5 (`cv2.dnn.readNetFromDarknet`; OpenCV 5 dropped it) and numpy, 
 run it in a scratch venv with `pip install "opencv-python-headless<5"`. The photos are fed as
 OpenCV's YOLO sample feeds them (squashed to 416 x 416, RGB, 0..1), decoded by `detections`
 (score = objectness x class probability, threshold, class-aware NMS), and written with the
-OpenCV version and the sha256 of each input. tests/test_detector_real.py compares the
+OpenCV version and the sha256 of each input. tests/test_darknet.py compares the
 converted ONNX (tools/darknet_to_onnx.py) against OpenCV live where OpenCV < 5 is installed,
 else against this file.
 """
