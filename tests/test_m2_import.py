@@ -389,12 +389,11 @@ def test_vocab_formats(tmp_path):
 
 
 def test_vocab_pickle_with_foreign_globals_is_refused(tmp_path):
-    class Evil:
-        def __reduce__(self):
-            return (print, ("pwned",))
-
+    # print("pwned") as pickle opcodes (GLOBAL, MARK, UNICODE, TUPLE, REDUCE, STOP), written out
+    # rather than pickled from the live `print`: Ray, once a fleet test has imported it in this
+    # process, replaces builtins.print with its own function, which would pickle under Ray's name
     path = tmp_path / "vocab.pkl"
-    path.write_bytes(pickle.dumps(Evil()))
+    path.write_bytes(b"cbuiltins\nprint\n(Vpwned\ntR.")
     with pytest.raises(EdgecapError, match="builtins.print is not allowed"):
         read_m2_vocab(path)
 
