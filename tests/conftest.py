@@ -1,9 +1,17 @@
 import os
+import signal
 import sys
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_configure(config):
+    """A shell starts `&` jobs (and CI runners some jobs) with SIGINT ignored, and Python then
+    leaves it ignored; the signal tests and the processes they start need Ctrl-C's usual meaning."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def tiny_overrides(name: str) -> dict:
