@@ -5,6 +5,9 @@ its class declares (`training_hook`, `export_spec`, `takes_images`, `splits_head
 by a comparison such as `cfg.decoder_self_attention == "prototype"`: adding a family then
 touches no trainer, config or export code. Found by reading every module's syntax tree for a
 comparison of a field that names a part (or a family, or a preset) with one of those names.
+
+The loop every source runs through and the ROS node's methods stay short enough to read at once
+(at most 60 lines each), so the one loop is one screen, not a maze of special cases.
 """
 
 import ast
@@ -108,3 +111,21 @@ def test_no_module_tests_a_variants_name_outside_its_own_files():
             if rel not in owners[name]:
                 bad.append(f"{rel}:{line} tests the name {name!r}")
     assert bad == []
+
+
+LOOP_MODULES = ("edgecap/runtime/execute.py", "edgecap/runtime/loop.py", "edgecap/ros2/node.py")
+LONGEST_LOOP_FUNCTION = 60
+
+
+def test_the_loop_and_the_ros_nodes_methods_are_each_at_most_60_lines():
+    repo = Path(__file__).resolve().parents[1]
+    long_ones, seen = [], set()
+    for rel in LOOP_MODULES:
+        for node in ast.walk(ast.parse((repo / rel).read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                seen.add(node.name)
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONGEST_LOOP_FUNCTION:
+                    long_ones.append(f"{rel}:{node.lineno} {node.name} ({lines} lines)")
+    assert {"execute", "plan_run"} <= seen, "the loop's entry points moved: update LOOP_MODULES"
+    assert not long_ones, long_ones
