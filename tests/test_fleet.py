@@ -38,6 +38,7 @@ from edgecap.errors import EdgecapError  # noqa: E402
 from edgecap.fleet.job import FleetOptions, run_fleet  # noqa: E402
 from edgecap.fleet.outputs import DATASET_COLUMNS, caption_count  # noqa: E402
 from edgecap.fleet.plan import Layout, stream_name  # noqa: E402
+from edgecap.io import stop_signal_handlers_kept  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CUP = [{"class": "cup", "box": [6, 4, 13, 9]}, {"class": "bottle", "box": [20, 10, 30, 20]}]
@@ -48,8 +49,9 @@ def cluster():
     """One local Ray cluster for the module: edgecap fleet uses a connection it finds."""
     import ray
 
-    ray.init(num_cpus=2, object_store_memory=100 * 1024 * 1024, include_dashboard=False,
-             logging_level="ERROR")
+    with stop_signal_handlers_kept():  # or Ray's SIGTERM handler outlives the module (test_io's tests)
+        ray.init(num_cpus=2, object_store_memory=100 * 1024 * 1024, include_dashboard=False,
+                 logging_level="ERROR")
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
@@ -309,6 +311,31 @@ def test_a_job_killed_mid_way_is_resumed_for_exactly_the_missing_logs(cluster, b
         assert caption_count(layout.caption_log(f"logs/log_{i:02d}.mcap", "/camera/image_raw")) == 150
     for folder in [out, out / "dataset" / "logs", *(out / "captions" / "logs").iterdir()]:
         assert hidden_leftovers(folder) == []  # the killed writer's work directories were removed
+
+
+def test_sigterm_mid_job_ends_it_as_any_edgecap_command_ends(cluster, bundle, tmp_path):
+    """ray.init makes the driver's SIGTERM a bare sys.exit; edgecap's handling is put back, so a
+    service manager's stop gives exit 143, one line, and a summary saying a signal stopped it."""
+    logs = _many_logs(tmp_path / "logs", 8, 150)
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "edgecap.cli", "fleet", bundle, logs, "--out", out, "--address", cluster,
+            "--actors", "1", "--quiet"]
+    proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline and not any((out / "dataset" / "logs").glob("*.parquet")):
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)  # the driver only, as systemd's first stop does
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = output.decode()
+    assert proc.returncode == 143, text[-3000:]
+    assert "edgecap fleet: terminated (SIGTERM)" in text and "Traceback" not in text
+    summary = json.loads(Layout(out).summary.read_text())
+    assert summary["stopped_by"] == "signal" and summary["logs"]["left"] > 0
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -28,7 +28,13 @@ from pathlib import Path
 
 from edgecap import __version__
 from edgecap.errors import EdgecapError, require
-from edgecap.io import WorkDir, sha256_file, write_json_atomic
+from edgecap.io import (
+    WorkDir,
+    interrupt_delivered,
+    sha256_file,
+    stop_signal_handlers_kept,
+    write_json_atomic,
+)
 
 from .plan import JobSettings, Layout, discover, open_out
 from .report import FleetReport, Progress, summary_lines
@@ -132,14 +138,16 @@ def ray_cluster(options: FleetOptions):
     quiet = {"include_dashboard": False, "logging_level": logging.WARNING}
     if options.address:
         try:
-            ray.init(address=options.address, **quiet)
+            with stop_signal_handlers_kept():
+                ray.init(address=options.address, **quiet)
         except Exception as exc:  # ConnectionError, ValueError, RuntimeError: Ray's own words, one line
             text = str(exc).strip().splitlines()
             raise EdgecapError(f"--address {options.address}: cannot join a Ray cluster ({text[0] if text else exc}); "
                                "start one with `ray start --head` (docs/fleet.md)") from None
     else:
         store = None if options.object_store_mb is None else options.object_store_mb * 1024 * 1024
-        ray.init(num_cpus=options.num_cpus, object_store_memory=store, **quiet)
+        with stop_signal_handlers_kept():
+            ray.init(num_cpus=options.num_cpus, object_store_memory=store, **quiet)
     try:
         yield ray
     finally:
@@ -203,7 +211,8 @@ def _run_claimed(options, manifest, sha256, layout, logs, settings, out) -> dict
                     "cluster": {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")}})
                 _caption(ray, pending, options, settings, resources, count, layout, report, progress,
                          manifest.batch_size)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # handled on purpose: the summary below says so, then the command ends
+            interrupt_delivered()
             report.stopped_by = "signal"
             raise
         finally:
