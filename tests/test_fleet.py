@@ -273,9 +273,10 @@ def _many_logs(root, count, n):
     return root
 
 
-def test_a_job_killed_mid_way_is_resumed_for_exactly_the_missing_logs(cluster, bundle, tmp_path, capsys):
-    logs = _many_logs(tmp_path / "logs", 8, 150)
-    out = tmp_path / "out"
+@contextlib.contextmanager
+def _fleet_with_a_log_finished(cluster, bundle, logs, out):
+    """`edgecap fleet` in its own process group on the module's cluster, handed over once its
+    first log is finished (or it ended, or 240 s passed); the group is killed at the end."""
     argv = [sys.executable, "-m", "edgecap.cli", "fleet", bundle, logs, "--out", out, "--address", cluster,
             "--actors", "1", "--quiet"]
     proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -284,8 +285,17 @@ def test_a_job_killed_mid_way_is_resumed_for_exactly_the_missing_logs(cluster, b
         deadline = time.monotonic() + 240
         while proc.poll() is None and time.monotonic() < deadline and not any((out / "dataset" / "logs").glob("*.parquet")):
             time.sleep(0.02)
+        yield proc
     finally:
-        with contextlib.suppress(ProcessLookupError):  # (gone already: its output says why, below)
+        with contextlib.suppress(ProcessLookupError):  # (gone already: its output says why)
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_job_killed_mid_way_is_resumed_for_exactly_the_missing_logs(cluster, bundle, tmp_path, capsys):
+    logs = _many_logs(tmp_path / "logs", 8, 150)
+    out = tmp_path / "out"
+    with _fleet_with_a_log_finished(cluster, bundle, logs, out) as proc:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # the driver and anything it started, at once
         output, _ = proc.communicate(timeout=60)
     layout = Layout(out)
@@ -318,19 +328,9 @@ def test_sigterm_mid_job_ends_it_as_any_edgecap_command_ends(cluster, bundle, tm
     service manager's stop gives exit 143, one line, and a summary saying a signal stopped it."""
     logs = _many_logs(tmp_path / "logs", 8, 150)
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "edgecap.cli", "fleet", bundle, logs, "--out", out, "--address", cluster,
-            "--actors", "1", "--quiet"]
-    proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=REPO)
-    try:
-        deadline = time.monotonic() + 240
-        while proc.poll() is None and time.monotonic() < deadline and not any((out / "dataset" / "logs").glob("*.parquet")):
-            time.sleep(0.02)
+    with _fleet_with_a_log_finished(cluster, bundle, logs, out) as proc:
         proc.send_signal(signal.SIGTERM)  # the driver only, as systemd's first stop does
         output, _ = proc.communicate(timeout=120)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
     text = output.decode()
     assert proc.returncode == 143, text[-3000:]
     assert "edgecap fleet: terminated (SIGTERM)" in text and "Traceback" not in text
