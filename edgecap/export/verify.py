@@ -283,9 +283,6 @@ class _Mirror:
         self.delta = max(self.delta, _max_delta(theirs, vals))
         return vals, idx
 
-    def __call__(self, tokens: np.ndarray, t: int) -> np.ndarray:  # the Stepper protocol
-        raise NotImplementedError("beam search calls top_k")
-
     def reorder(self, rows: np.ndarray) -> None:
         self.bundle.reorder(rows)
         self.torch.reorder(rows)

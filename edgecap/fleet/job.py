@@ -136,17 +136,17 @@ def ray_cluster(options: FleetOptions):
         yield ray
         return
     quiet = {"include_dashboard": False, "logging_level": logging.WARNING}
-    if options.address:
-        try:
-            with stop_signal_handlers_kept():
+    with stop_signal_handlers_kept():  # ray.init makes SIGTERM a bare sys.exit; edgecap's handling stays
+        if options.address:
+            try:
                 ray.init(address=options.address, **quiet)
-        except Exception as exc:  # ConnectionError, ValueError, RuntimeError: Ray's own words, one line
-            text = str(exc).strip().splitlines()
-            raise EdgecapError(f"--address {options.address}: cannot join a Ray cluster ({text[0] if text else exc}); "
-                               "start one with `ray start --head` (docs/fleet.md)") from None
-    else:
-        store = None if options.object_store_mb is None else options.object_store_mb * 1024 * 1024
-        with stop_signal_handlers_kept():
+            except Exception as exc:  # ConnectionError, ValueError, RuntimeError: Ray's own words, one line
+                text = str(exc).strip().splitlines()
+                raise EdgecapError(f"--address {options.address}: cannot join a Ray cluster "
+                                   f"({text[0] if text else exc}); start one with `ray start --head` "
+                                   "(docs/fleet.md)") from None
+        else:
+            store = None if options.object_store_mb is None else options.object_store_mb * 1024 * 1024
             ray.init(num_cpus=options.num_cpus, object_store_memory=store, **quiet)
     try:
         yield ray
